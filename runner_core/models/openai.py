@@ -1,0 +1,382 @@
+"""OpenAIChatModel: the OpenAI-compatible Chat Completions adapter, on the official SDK.
+
+It speaks to OpenAI and to every server that serves ``/v1/chat/completions`` (Azure OpenAI,
+vLLM, Ollama, llama.cpp, DeepSeek, gateways). The SDK's own retries are off: the runner's
+RETRY_SCHEDULED is the one retry layer, fed by ``ModelError.retryable`` and ``retry_after``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC
+from typing import Any, assert_never
+
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.completion_usage import CompletionUsage
+
+from runner_core.messages import (
+    AiMessage,
+    ContentPart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolMessage,
+    UserMessage,
+    new_id,
+)
+from runner_core.models.base import (
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelStreamEvent,
+    ReasoningDelta,
+    StreamDone,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    Usage,
+)
+from runner_core.models.function import StreamAssembler
+
+DEFAULT_MODEL = "gpt-4o-mini"
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent to a server given only by URL: the SDK insists on a key, local servers ignore it."""
+
+REQUEST_SETTINGS = frozenset(
+    {
+        "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed",
+        "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
+        "reasoning_effort", "user", "service_tier", "extra_headers", "extra_query",
+        "extra_body",
+    }
+)  # fmt: skip
+"""Keys of ``ModelRequest.settings`` passed to the server; others are for someone else."""
+
+TOOL_SETTINGS = frozenset({"parallel_tool_calls", "tool_choice"})
+"""Settings sent only with tools: servers reject them on a request without any."""
+
+FATAL_ERROR_CODES = frozenset({"insufficient_quota", "context_length_exceeded"})
+"""Error codes that no retry can fix, whatever the HTTP status."""
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""Client-error statuses worth retrying (besides every 5xx)."""
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""Where servers put reasoning text (DeepSeek and vLLM; OpenRouter and Ollama)."""
+
+
+class OpenAIChatModel:
+    """A chat model speaking the OpenAI Chat Completions protocol through the ``openai`` SDK.
+
+    ``model`` falls back to ``AGENTWORKER_MODEL``, ``api_key`` to ``OPENAI_API_KEY`` and
+    ``base_url`` to ``OPENAI_BASE_URL``. ``timeout`` (seconds) applies to the client built
+    here; an injected ``client`` keeps its own. ``settings`` are defaults that
+    ``ModelRequest.settings`` overrides.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: openai.OpenAI | None = None,
+        timeout: float = 60.0,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model or os.environ.get("AGENTWORKER_MODEL") or DEFAULT_MODEL
+        self.settings = dict(settings or {})
+        self.client = _make_client(client, api_key, base_url, timeout)
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model!r}, base_url={str(self.client.base_url)!r})"
+
+    def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send one request and return the complete answer; raise ``ModelError`` on failure."""
+        try:
+            completion = self.client.chat.completions.create(**self._params(request), stream=False)
+        except openai.OpenAIError as err:
+            raise to_model_error(err) from err
+        if not isinstance(completion, ChatCompletion):
+            raise ModelError(f"server returned no chat completion: {completion!r:.200}", True)
+        assembler = StreamAssembler()
+        for event in _completion_events(completion):
+            assembler.add(event)
+        return _response(assembler, _usage(completion.usage))
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelStreamEvent]:
+        """Yield text, reasoning and tool-call deltas as they arrive, then ``StreamDone``."""
+        assembler, slots, usage = StreamAssembler(), _CallSlots(), Usage()
+        try:
+            chunks = self.client.chat.completions.create(
+                **self._params(request), stream=True, stream_options={"include_usage": True}
+            )
+            with chunks:
+                for chunk in chunks:
+                    usage = _usage(chunk.usage) if chunk.usage else usage
+                    for event in _chunk_events(chunk, slots):
+                        assembler.add(event)
+                        yield event
+        except openai.OpenAIError as err:
+            raise to_model_error(err) from err
+        yield StreamDone(_response(assembler, usage))
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for one request."""
+        settings = {**self.settings, **request.settings}
+        params: dict[str, Any] = {
+            "model": settings.get("model", self.model),
+            "messages": to_wire_messages(request),
+        }
+        params.update((k, v) for k, v in settings.items() if k in REQUEST_SETTINGS)
+        if request.tools:
+            params["tools"] = [to_wire_tool(spec) for spec in request.tools]
+            params.update((k, v) for k, v in settings.items() if k in TOOL_SETTINGS)
+        return params
+
+
+def _make_client(
+    client: openai.OpenAI | None, api_key: str | None, base_url: str | None, timeout: float
+) -> openai.OpenAI:
+    """The SDK client to use, with its retries off."""
+    if client is not None:
+        return client.with_options(max_retries=0)
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    if api_key is None and base_url is not None:
+        api_key = PLACEHOLDER_API_KEY
+    return openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+
+
+# --- our messages and tools -> the wire ---------------------------------------------------
+
+
+def to_wire_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    """The request's messages as Chat Completions message objects."""
+    return [to_wire_message(message) for message in request.messages]
+
+
+def to_wire_message(message: Message) -> dict[str, Any]:
+    """One message as a Chat Completions message object."""
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": message.text}
+    if isinstance(message, UserMessage):
+        return {"role": "user", "content": _wire_content(message.content)}
+    if isinstance(message, AiMessage):
+        return _wire_assistant(message)
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}
+    assert_never(message)
+
+
+def _wire_content(content: str | list[ContentPart]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            parts.append({"type": "text", "text": part.text})
+        else:
+            image: dict[str, Any] = {"url": part.url}
+            if part.detail:
+                image["detail"] = part.detail
+            parts.append({"type": "image_url", "image_url": image})
+    return parts
+
+
+def _wire_assistant(message: AiMessage) -> dict[str, Any]:
+    """An assistant message; reasoning stays out (servers such as DeepSeek reject it)."""
+    wire: dict[str, Any] = {"role": "assistant", "content": message.text}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif message.text is None:
+        wire["content"] = ""
+    return wire
+
+
+def to_wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    """A tool spec as a Chat Completions function tool."""
+    function: dict[str, Any] = {
+        "name": spec.name,
+        "parameters": spec.parameters or {"type": "object", "properties": {}},
+    }
+    if spec.description:
+        function["description"] = spec.description
+    return {"type": "function", "function": function}
+
+
+# --- the wire -> our messages -------------------------------------------------------------
+
+
+def _completion_events(completion: ChatCompletion) -> Iterator[ModelStreamEvent]:
+    """A complete answer as deltas, so that one assembler serves both paths."""
+    if not completion.choices:
+        return
+    message = completion.choices[0].message
+    yield from _text_events(message, message.content or message.refusal)
+    for index, call in enumerate(message.tool_calls or ()):
+        function = getattr(call, "function", None)
+        if function is not None:
+            yield ToolCallDelta(index, call.id, function.name, function.arguments or "")
+
+
+def _chunk_events(chunk: ChatCompletionChunk, slots: _CallSlots) -> Iterator[ModelStreamEvent]:
+    """The deltas of one streamed chunk (first choice only)."""
+    if not chunk.choices:
+        return
+    delta = chunk.choices[0].delta
+    yield from _text_events(delta, delta.content or delta.refusal)
+    for call in delta.tool_calls or ():
+        call_id = call.id or None
+        index = slots.slot(getattr(call, "index", None), call_id)
+        function = call.function
+        name = function.name if function else None
+        yield ToolCallDelta(index, call_id, name, (function.arguments if function else "") or "")
+
+
+class _CallSlots:
+    """Tool-call indexes in a stream, inferred where a server (Gemini's) leaves them out."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, int] = {}
+        self._last = 0
+        self._next = 0
+
+    def slot(self, index: int | None, call_id: str | None) -> int:
+        """The given index; else the slot of this id, a new one, or the last one."""
+        if index is None:
+            index = self._by_id.get(call_id, self._next) if call_id else self._last
+        if call_id:
+            self._by_id.setdefault(call_id, index)
+        self._last, self._next = index, max(self._next, index + 1)
+        return index
+
+
+def _text_events(source: object, text: str | None) -> Iterator[ModelStreamEvent]:
+    """Reasoning (from whichever field the server uses), then answer text."""
+    for name in REASONING_FIELDS:
+        reasoning = getattr(source, name, None)
+        if isinstance(reasoning, str) and reasoning:
+            yield ReasoningDelta(reasoning)
+            break
+    if text:
+        yield TextDelta(text)
+
+
+def _usage(usage: CompletionUsage | None) -> Usage:
+    if usage is None:
+        return Usage()
+    return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+
+
+def _response(assembler: StreamAssembler, usage: Usage) -> ModelResponse:
+    """The assembled answer; an answer with neither text nor tool calls is an error."""
+    message = assembler.message()
+    if not message.text and not message.tool_calls:
+        raise ModelError("model returned an empty response", retryable=True)
+    if any(not call.id for call in message.tool_calls):
+        calls = [
+            c if c.id else c.model_copy(update={"id": f"call_{new_id()}"})
+            for c in message.tool_calls
+        ]
+        message = message.model_copy(update={"tool_calls": calls})
+    return ModelResponse(message, usage)
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def to_model_error(err: openai.OpenAIError) -> ModelError:
+    """Classify an SDK error: transient ones are retryable, the rest are not."""
+    if isinstance(err, openai.APITimeoutError):
+        return ModelError(f"model request timed out: {_cause(err)}", retryable=True)
+    if isinstance(err, openai.APIConnectionError):
+        return ModelError(f"cannot reach the model server: {_cause(err)}", retryable=True)
+    if isinstance(err, openai.APIStatusError):
+        return _status_error(err)
+    if isinstance(err, openai.APIError):
+        # An error event inside a stream: the server gave up mid-answer.
+        code = _error_code(err)
+        label = f" ({code})" if code else ""
+        return ModelError(
+            f"model stream failed{label}: {err.message}", code not in FATAL_ERROR_CODES
+        )
+    return ModelError(f"model call failed: {err}", retryable=False)
+
+
+def _status_error(err: openai.APIStatusError) -> ModelError:
+    status = err.status_code
+    code = _error_code(err)
+    retryable = (status in RETRYABLE_STATUSES or status >= 500) and code not in FATAL_ERROR_CODES
+    label = f"HTTP {status}" + (f" {code}" if code else "")
+    return ModelError(
+        f"model server answered {label}: {_server_message(err)}",
+        retryable,
+        retry_after=parse_retry_after(err.response.headers),
+    )
+
+
+def _error_code(err: openai.APIError) -> str | None:
+    """The error's ``code``, or its ``type`` (OpenAI puts ``insufficient_quota`` in both)."""
+    for value in (err.code, err.type):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _server_message(err: openai.APIStatusError) -> str:
+    body = err.body
+    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return err.message
+
+
+def _cause(err: BaseException) -> str:
+    cause = err.__cause__
+    return f"{err} ({type(cause).__name__}: {cause})" if cause else str(err)
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        seconds = _float(raw)
+        if seconds is None and scale == 1.0:
+            seconds = _seconds_until(raw)
+        if seconds is not None and math.isfinite(seconds):
+            return max(0.0, seconds * scale)
+    return None
+
+
+def _float(raw: str) -> float | None:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        return None
+
+
+def _seconds_until(http_date: str) -> float | None:
+    try:
+        when = email.utils.parsedate_to_datetime(http_date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" means UTC with no claim about the local zone
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() - time.time()
