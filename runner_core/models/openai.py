@@ -28,7 +28,6 @@ from runner_core.messages import (
     TextPart,
     ToolMessage,
     UserMessage,
-    new_id,
 )
 from runner_core.models.base import (
     ModelError,
@@ -283,16 +282,14 @@ def _usage(usage: CompletionUsage | None) -> Usage:
 
 
 def _response(assembler: StreamAssembler, usage: Usage) -> ModelResponse:
-    """The assembled answer; an answer with neither text nor tool calls is an error."""
+    """The assembled answer; an answer with neither text nor tool calls is an error.
+
+    A tool call the server sent without an id keeps ``""``: the runner fills it as
+    ``{turn_id}-{iteration}-{index}``.
+    """
     message = assembler.message()
     if not message.text and not message.tool_calls:
         raise ModelError("model returned an empty response", retryable=True)
-    if any(not call.id for call in message.tool_calls):
-        calls = [
-            c if c.id else c.model_copy(update={"id": f"call_{new_id()}"})
-            for c in message.tool_calls
-        ]
-        message = message.model_copy(update={"tool_calls": calls})
     return ModelResponse(message, usage)
 
 

@@ -374,7 +374,9 @@ def test_stream_infers_tool_call_indexes_a_server_leaves_out(
     ]
 
 
-def test_tool_calls_without_ids_get_fresh_ones(server: ChatServer, model: OpenAIChatModel) -> None:
+def test_tool_calls_without_ids_are_left_for_the_runner_to_name(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
     id_less = {"index": 0, "function": {"name": "get_weather", "arguments": "{}"}}
     server.script(Reply(chunks=[wire.chunk({"tool_calls": [id_less]})]))
 
@@ -382,7 +384,7 @@ def test_tool_calls_without_ids_get_fresh_ones(server: ChatServer, model: OpenAI
 
     assert isinstance(done, StreamDone)
     (call,) = done.response.message.tool_calls
-    assert call.id.startswith("call_") and len(call.id) > len("call_")
+    assert call.id == ""  # the runner fills {turn_id}-{iteration}-{index}
     assert (call.name, call.arguments) == ("get_weather", {})
 
 
@@ -607,3 +609,136 @@ def test_injected_client_is_used_with_retries_off(server: ChatServer) -> None:
     assert model_error(lambda: model.generate(ask())).retryable is True
     assert len(server.requests) == 1
     assert server.requests[0].headers["authorization"] == "Bearer sk-injected"
+
+
+# --- whole turns through the runner -------------------------------------------------------
+
+try:
+    from runner_core import (
+        Agent,
+        AgentEventType,
+        AgentExecutionPolicy,
+        AgentResumeCommand,
+        AgentRunner,
+        AgentTurnOptions,
+        AgentTurnStatus,
+        RetryPolicy,
+        tool,
+    )
+
+    RUNNER_MISSING = ""
+except ImportError as exc:  # pragma: no cover - the runner is written in parallel
+    RUNNER_MISSING = f"runner_core.AgentRunner not importable yet: {exc}"
+
+needs_runner = pytest.mark.skipif(bool(RUNNER_MISSING), reason=RUNNER_MISSING)
+
+
+def weather_agent(server: ChatServer) -> Agent:
+    @tool
+    def get_weather(city: str) -> dict[str, str]:
+        """Current weather for a city."""
+        return {"city": city, "sky": "clear"}
+
+    model = OpenAIChatModel("test-model", base_url=server.base_url, timeout=5.0)
+    return Agent(id="weather", model=model, instructions="Be brief.", tools=[get_weather])
+
+
+@needs_runner
+def test_full_tool_calling_turn(server: ChatServer) -> None:
+    # Given a server that first asks for the tool, then answers
+    server.script(
+        wire.completion(
+            tool_calls=[wire.tool_call("call_1", "get_weather", '{"city": "Paris"}')],
+            prompt_tokens=20,
+            completion_tokens=7,
+        ),
+        wire.completion("Clear skies in Paris.", prompt_tokens=35, completion_tokens=6),
+    )
+
+    # When a turn runs
+    turn = AgentRunner().run(weather_agent(server), "Weather in Paris?")
+
+    # Then it completes with the answer, the tool round trip, and the summed usage
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert turn.final_output == "Clear skies in Paris."
+    assert turn.usage == Usage(input_tokens=55, output_tokens=13)
+    history = turn.conversation_history
+    assert [type(m) for m in history] == [UserMessage, AiMessage, ToolMessage, AiMessage]
+    assert history[1].tool_calls == [  # type: ignore[union-attr]
+        ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"})
+    ]
+    assert history[2].call_id == "call_1"  # type: ignore[union-attr]
+    first, second = (r.body for r in server.requests)
+    assert first["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    assert [t["function"]["name"] for t in first["tools"]] == ["get_weather"]
+    assert first["tools"][0]["function"]["description"] == "Current weather for a city."
+    assert first["tools"][0]["function"]["parameters"]["properties"]["city"]["type"] == "string"
+    assert second["messages"][2]["tool_calls"][0]["id"] == "call_1"
+    tool_reply = second["messages"][3]
+    assert (tool_reply["role"], tool_reply["tool_call_id"]) == ("tool", "call_1")
+    assert "clear" in tool_reply["content"]
+
+
+@needs_runner
+def test_streaming_turn_emits_model_deltas(server: ChatServer) -> None:
+    server.script(
+        Reply(
+            chunks=[
+                wire.chunk(wire.tool_delta(0, '{"city":', call_id="call_s", name="get_weather")),
+                wire.chunk(wire.tool_delta(0, ' "Oslo"}')),
+                wire.chunk(usage=wire.usage(8, 4)),
+            ]
+        ),
+        Reply(
+            chunks=[
+                wire.chunk({"content": "Clear "}),
+                wire.chunk({"content": "in Oslo."}),
+                wire.chunk(usage=wire.usage(16, 3)),
+            ]
+        ),
+    )
+    runner = AgentRunner()
+    seen: list[Any] = []
+    runner.add_event_listener(seen.append)
+
+    turn = runner.run(weather_agent(server), "Oslo?", options=AgentTurnOptions(streaming=True))
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert turn.final_output == "Clear in Oslo."
+    assert turn.usage == Usage(input_tokens=24, output_tokens=7)
+    texts = [e.data["text"] for e in seen if e.type is AgentEventType.MODEL_TEXT_DELTA]
+    assert texts == ["Clear ", "in Oslo."]
+    assert sum(e.type is AgentEventType.MODEL_TOOL_CALL_DELTA for e in seen) == 2
+    assert all(r.body["stream"] is True for r in server.requests)
+
+
+@needs_runner
+def test_rate_limit_schedules_a_retry_no_sooner_than_retry_after(server: ChatServer) -> None:
+    # Given a 429 asking for 2 seconds, then an answer
+    server.script(
+        wire.error(429, "Rate limit reached", headers={"Retry-After": "2"}),
+        wire.completion("Done."),
+    )
+    runner = AgentRunner(
+        policy=AgentExecutionPolicy(retry=RetryPolicy(max_retries=2, initial_delay=0.01))
+    )
+    before = time.time()
+
+    # When the turn runs, it waits (no thread sleeps) at least Retry-After
+    turn = runner.run(weather_agent(server), "hi")
+
+    assert turn.status is AgentTurnStatus.RETRY_SCHEDULED
+    assert turn.next_runnable_at is not None
+    assert before + 2.0 <= turn.next_runnable_at <= time.time() + 2.5
+    assert turn.error is not None and "429" in str(turn.error)
+    assert time.time() - before < 2.0
+
+    # Then continuing it early succeeds
+    turn = runner.resume(turn.id, AgentResumeCommand.continue_turn())
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert turn.final_output == "Done."
+    assert len(server.requests) == 2

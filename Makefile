@@ -1,0 +1,39 @@
+# agentworker — one Makefile for people and CI.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck bench chaos check clean help
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(STAMP): pyproject.toml
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)  ## Run the offline demo: one order-support turn, printed as it happens
+	@$(PY) -m agentworker.demo
+
+test: $(STAMP)  ## Run the test suite (unit, contract, e2e; not chaos or bench)
+	@$(PY) -m pytest
+
+lint: $(STAMP)  ## ruff
+	@$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)  ## mypy (strict) on runner_core and stores
+	@$(VENV)/bin/mypy
+
+check: lint typecheck test  ## Everything CI cares about
+
+bench: $(STAMP)  ## Benchmarks (not tests): µs per step, turns/s
+	@$(PY) -m benchmarks.step_bench
+
+chaos: $(STAMP)  ## Slow crash and soak tests
+	@$(PY) -m pytest -m chaos
+
+clean:  ## Remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,135 @@
+"""runner_core: the durable agent-turn state machine and its embedded defaults."""
+
+from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
+from runner_core.context import AgentToolContext
+from runner_core.errors import (
+    AgentConversationBusyException,
+    AgentNotFoundError,
+    AgentWorkerError,
+    ConcurrentModificationError,
+    ConfigurationError,
+    HistoryRewrittenError,
+    InvalidResumeError,
+    LeaseLostError,
+    RestoredError,
+    SnapshotCorruptedError,
+    TurnNotFoundError,
+)
+from runner_core.events import AgentEvent, AgentEventListener, AgentEventType
+from runner_core.memory_store import InMemoryAgentTurnStore
+from runner_core.messages import (
+    AiMessage,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from runner_core.middleware import Middleware
+from runner_core.models import (
+    ChatModel,
+    FunctionModel,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ReasoningDelta,
+    StreamDone,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    Usage,
+)
+from runner_core.policy import (
+    AgentBudget,
+    AgentExecutionPolicy,
+    AgentTurnOptions,
+    RetryPolicy,
+    ToolErrorStrategy,
+)
+from runner_core.resume import AgentResumeCommand, ResumeKind
+from runner_core.runner import AgentRunner
+from runner_core.snapshot import (
+    SCHEMA_VERSION,
+    AgentTurnSnapshot,
+    ErrorInfo,
+    LeaseInfo,
+    Suspension,
+    SuspensionType,
+    load_snapshot,
+)
+from runner_core.status import AgentTurnPhase, AgentTurnStatus
+from runner_core.store import AgentTurnStore, SaveResult, TurnControl
+from runner_core.tools import ApprovalDecision, Tool, ToolError, tool
+from runner_core.turn import AgentStepResult, AgentTurn
+from runner_core.worker import AgentWorker
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Agent",
+    "AgentBudget",
+    "AgentConversationBusyException",
+    "AgentEvent",
+    "AgentEventListener",
+    "AgentEventType",
+    "AgentExecutionPolicy",
+    "AgentLoader",
+    "AgentNotFoundError",
+    "AgentResumeCommand",
+    "AgentRunner",
+    "AgentStepResult",
+    "AgentToolContext",
+    "AgentTurn",
+    "AgentTurnOptions",
+    "AgentTurnPhase",
+    "AgentTurnSnapshot",
+    "AgentTurnStatus",
+    "AgentTurnStore",
+    "AgentWorker",
+    "AgentWorkerError",
+    "AiMessage",
+    "ApprovalDecision",
+    "ChatModel",
+    "ConcurrentModificationError",
+    "ConfigurationError",
+    "ErrorInfo",
+    "FunctionModel",
+    "HistoryRewrittenError",
+    "ImagePart",
+    "InMemoryAgentLoader",
+    "InMemoryAgentTurnStore",
+    "InvalidResumeError",
+    "LeaseInfo",
+    "LeaseLostError",
+    "Message",
+    "Middleware",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "ReasoningDelta",
+    "RestoredError",
+    "ResumeKind",
+    "RetryPolicy",
+    "SaveResult",
+    "SnapshotCorruptedError",
+    "StreamDone",
+    "Suspension",
+    "SuspensionType",
+    "SystemMessage",
+    "TextDelta",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolError",
+    "ToolErrorStrategy",
+    "ToolMessage",
+    "ToolSpec",
+    "TurnControl",
+    "TurnNotFoundError",
+    "Usage",
+    "UserMessage",
+    "load_snapshot",
+    "tool",
+]

@@ -1,0 +1,94 @@
+"""Agents and the loaders that find them by id and version."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from runner_core.errors import AgentNotFoundError
+from runner_core.messages import SystemMessage
+from runner_core.middleware import Middleware
+from runner_core.models.base import ChatModel
+from runner_core.tools import Tool, as_tool
+
+
+class Agent:
+    """What a turn runs: a model, instructions, tools, limits and optional middleware."""
+
+    def __init__(
+        self,
+        id: str,
+        model: ChatModel,
+        instructions: str = "",
+        version: str = "1",
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        sub_agents: Sequence[str] = (),
+        planning: Any = None,
+        max_iterations: int = 100,
+        max_attached_turns: int = 10,
+        max_attached_messages: int = 100,
+        middleware: Sequence[Middleware] = (),
+        model_settings: dict[str, Any] | None = None,
+    ) -> None:
+        if not id:
+            raise ValueError("agent id must not be empty")
+        if max_iterations < 1:
+            raise ValueError(f"agent {id!r}: max_iterations must be >= 1")
+        self.id = id
+        self.model = model
+        self.instructions = instructions
+        self.system_messages = (SystemMessage(instructions),) if instructions else ()
+        self.version = str(version)
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            resolved = as_tool(t)
+            if resolved.name in self.tools:
+                raise ValueError(f"agent {id!r}: two tools named {resolved.name!r}")
+            self.tools[resolved.name] = resolved
+        self.sub_agents = tuple(sub_agents)
+        self.planning = planning
+        self.max_iterations = max_iterations
+        self.max_attached_turns = max_attached_turns
+        self.max_attached_messages = max_attached_messages
+        self.middleware = tuple(middleware)
+        self.model_settings = dict(model_settings or {})
+
+    def __repr__(self) -> str:
+        return f"Agent({self.id!r}, version={self.version!r})"
+
+
+class AgentLoader(Protocol):
+    """Finds an agent: the exact version when given, else the latest one."""
+
+    def load(self, agent_id: str, version: str | None = None) -> Agent:
+        """Return the agent or raise ``AgentNotFoundError``."""
+        ...
+
+
+class InMemoryAgentLoader:
+    """Agents registered in this process; the last registered version is the latest."""
+
+    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+        self._lock = threading.Lock()
+        self._versions: dict[str, dict[str, Agent]] = {}
+        self._latest: dict[str, str] = {}
+        for agent in agents:
+            self.register(agent)
+
+    def register(self, agent: Agent) -> Agent:
+        """Add (or replace) an agent version and make it the latest."""
+        with self._lock:
+            self._versions.setdefault(agent.id, {})[agent.version] = agent
+            self._latest[agent.id] = agent.version
+        return agent
+
+    def load(self, agent_id: str, version: str | None = None) -> Agent:
+        """The exact version when given, else the latest; ``AgentNotFoundError`` on a miss."""
+        versions = self._versions.get(agent_id)
+        if not versions:
+            raise AgentNotFoundError(agent_id, version)
+        agent = versions.get(version if version is not None else self._latest[agent_id])
+        if agent is None:
+            raise AgentNotFoundError(agent_id, version)
+        return agent

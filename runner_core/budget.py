@@ -1,0 +1,60 @@
+"""Budget checks; each returns the reason text when a limit is reached, else None."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runner_core.policy import AgentBudget
+from runner_core.snapshot import AgentTurnSnapshot
+from runner_core.status import AgentTurnPhase
+
+Clock = Callable[[], float]
+
+
+def duration_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str | None:
+    """Wall-clock time since creation, waiting included (the clock is read only if limited)."""
+    limit = budget.max_duration_seconds
+    if limit is None:
+        return None
+    used = clock() - st.created_at
+    if used >= limit:
+        return f"max_duration_seconds (used={used:.3f}, limit={limit})"
+    return None
+
+
+def tokens_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, *, strict: bool) -> str | None:
+    """Token limits: ``strict`` (after a response) fires above the limit, else at it."""
+    u = st.usage
+    for name, used, limit in (
+        ("max_input_tokens", u.input_tokens, budget.max_input_tokens),
+        ("max_output_tokens", u.output_tokens, budget.max_output_tokens),
+        ("max_total_tokens", u.total_tokens, budget.max_total_tokens),
+    ):
+        if limit is not None and (used > limit if strict else used >= limit):
+            return f"{name} (used={used}, limit={limit})"
+    return None
+
+
+def tool_calls_exceeded(st: AgentTurnSnapshot, budget: AgentBudget) -> str | None:
+    """No tool call may run once ``max_tool_calls`` have run."""
+    limit = budget.max_tool_calls
+    if limit is not None and st.tool_call_count >= limit:
+        return f"max_tool_calls (used={st.tool_call_count}, limit={limit})"
+    return None
+
+
+def at_step_entry(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str | None:
+    """Everything that stops a turn before its next step (tokens only before a model call)."""
+    if st.phase is AgentTurnPhase.TOOLS:
+        return duration_exceeded(st, budget, clock)
+    return duration_exceeded(st, budget, clock) or tokens_exceeded(st, budget, strict=False)
+
+
+def after_model(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str | None:
+    """Checked right after a response, before any of its tools run."""
+    return duration_exceeded(st, budget, clock) or tokens_exceeded(st, budget, strict=True)
+
+
+def before_tool(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str | None:
+    """Checked before each tool call."""
+    return duration_exceeded(st, budget, clock) or tool_calls_exceeded(st, budget)

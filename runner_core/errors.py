@@ -1,0 +1,95 @@
+"""The one error hierarchy of agentworker."""
+
+from __future__ import annotations
+
+
+class AgentWorkerError(Exception):
+    """Base class of every error agentworker raises on purpose."""
+
+
+class TurnNotFoundError(AgentWorkerError, LookupError):
+    """Raised when a turn id is unknown to the store."""
+
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(f"turn {turn_id!r} not found")
+        self.turn_id = turn_id
+
+
+class AgentNotFoundError(AgentWorkerError, LookupError):
+    """Raised when an agent id (or id and version) is unknown to the loader."""
+
+    def __init__(self, agent_id: str, version: str | None = None) -> None:
+        what = f"agent {agent_id!r}" + (f" version {version!r}" if version else "")
+        super().__init__(f"{what} not found")
+        self.agent_id = agent_id
+        self.version = version
+
+
+class ConcurrentModificationError(AgentWorkerError):
+    """Raised when a save's expected version differs from the stored one."""
+
+    def __init__(self, turn_id: str, expected: int, actual: int | None) -> None:
+        super().__init__(
+            f"turn {turn_id!r} was modified concurrently "
+            f"(expected version {expected}, stored version {actual})"
+        )
+        self.turn_id = turn_id
+        self.expected = expected
+        self.actual = actual
+
+
+class LeaseLostError(AgentWorkerError):
+    """Raised when a runner acts on a turn whose lease it does not (or no longer) hold."""
+
+    def __init__(self, turn_id: str, message: str) -> None:
+        super().__init__(f"turn {turn_id!r}: {message}")
+        self.turn_id = turn_id
+
+
+class InvalidResumeError(AgentWorkerError, ValueError):
+    """Raised when a resume command does not fit the turn's state; nothing is changed."""
+
+    def __init__(self, turn_id: str, message: str) -> None:
+        super().__init__(f"cannot resume turn {turn_id!r}: {message}")
+        self.turn_id = turn_id
+
+
+class AgentConversationBusyException(AgentWorkerError):
+    """Raised when a conversation already has a non-terminal turn."""
+
+    def __init__(self, conversation_id: str, active_turn_id: str, status: object) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} is busy: turn {active_turn_id!r} is {status}"
+        )
+        self.conversation_id = conversation_id
+        self.active_turn_id = active_turn_id
+        self.status = status
+
+
+class SnapshotCorruptedError(AgentWorkerError):
+    """Raised when a stored record does not parse or has an unknown schema version."""
+
+    def __init__(self, turn_id: str | None, message: str) -> None:
+        super().__init__(f"snapshot of turn {turn_id!r} is corrupted: {message}")
+        self.turn_id = turn_id
+
+
+class ConfigurationError(AgentWorkerError):
+    """Raised when the runner is asked for something it was not configured for."""
+
+
+class RestoredError(AgentWorkerError):
+    """Raised (or reported) for an error restored from a snapshot: type name and message."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+
+class HistoryRewrittenError(AgentWorkerError):
+    """Raised when a save would change messages already stored (history is append-only)."""
+
+    def __init__(self, turn_id: str, message: str) -> None:
+        super().__init__(f"turn {turn_id!r}: {message}")
+        self.turn_id = turn_id

@@ -1,0 +1,110 @@
+"""Model-protocol messages: pydantic models with stable ids and exact JSON round trips."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+def new_id() -> str:
+    """A fresh random id (hex, 32 chars)."""
+    return uuid.uuid4().hex
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextPart(_Frozen):
+    """A text part of a multimodal user message."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(_Frozen):
+    """An image part: an URL (``https:`` or ``data:``) and an optional detail hint."""
+
+    type: Literal["image"] = "image"
+    url: str
+    detail: str | None = None
+    media_type: str | None = None
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+class ToolCall(_Frozen):
+    """One tool call requested by the model."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Message(_Frozen):
+    id: str = Field(default_factory=new_id)
+
+
+class SystemMessage(_Message):
+    """Instructions for the model; never stored as part of a turn's history."""
+
+    role: Literal["system"] = "system"
+    text: str
+
+    def __init__(self, text: str | None = None, /, **data: Any) -> None:
+        if text is not None:
+            data["text"] = text
+        super().__init__(**data)
+
+
+class UserMessage(_Message):
+    """Input from a user: plain text or a list of text and image parts."""
+
+    role: Literal["user"] = "user"
+    content: str | list[ContentPart]
+
+    def __init__(self, content: str | list[Any] | None = None, /, **data: Any) -> None:
+        if content is not None:
+            data["content"] = content
+        super().__init__(**data)
+
+    @property
+    def text(self) -> str:
+        """The text of the message, parts joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+class AiMessage(_Message):
+    """A model response: text, tool calls, or both; reasoning text where a model gives it."""
+
+    role: Literal["assistant"] = "assistant"
+    text: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    reasoning: str | None = None
+
+    def __init__(self, text: str | None = None, /, **data: Any) -> None:
+        if text is not None:
+            data["text"] = text
+        super().__init__(**data)
+
+
+class ToolMessage(_Message):
+    """The result of one tool call, sent back to the model."""
+
+    role: Literal["tool"] = "tool"
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AiMessage | ToolMessage, Field(discriminator="role")
+]
+MESSAGE_LIST: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+MESSAGE: TypeAdapter[Message] = TypeAdapter(Message)

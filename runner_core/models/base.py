@@ -1,0 +1,124 @@
+"""The model protocol: requests, responses, usage, streaming events and errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from runner_core.errors import AgentWorkerError
+from runner_core.messages import AiMessage, Message
+
+
+class Usage(BaseModel):
+    """Tokens used by one model call, or summed over a turn (or a turn tree)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool: name, description, JSON schema of arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """One request to a chat model."""
+
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """A model's answer and what it cost."""
+
+    message: AiMessage
+    usage: Usage = field(default_factory=Usage)
+
+
+class ModelError(AgentWorkerError):
+    """Raised by a model adapter; ``retryable`` decides between RETRY_SCHEDULED and FAILED.
+
+    ``retry_after`` (seconds), when given, is the least delay before the next attempt.
+    """
+
+    def __init__(
+        self, message: str, retryable: bool = False, *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of answer text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of reasoning text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call: ``index`` groups pieces; id and name come with the first."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDone:
+    """The end of a stream, carrying the complete response."""
+
+    response: ModelResponse
+
+
+ModelStreamEvent = TextDelta | ReasoningDelta | ToolCallDelta | StreamDone
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Anything that turns a ``ModelRequest`` into a ``ModelResponse``."""
+
+    def generate(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request; raise ``ModelError`` on failure."""
+        ...
+
+
+@runtime_checkable
+class StreamingChatModel(ChatModel, Protocol):
+    """A model that can also stream; the last event of a stream is ``StreamDone``."""
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelStreamEvent]:
+        """Yield deltas, then ``StreamDone``."""
+        ...

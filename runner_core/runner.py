@@ -1,0 +1,298 @@
+"""``AgentRunner``: create, step, restore, resume and cancel turns."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
+from runner_core.errors import AgentNotFoundError, ConfigurationError
+from runner_core.events import AgentEventListener, AgentEventType, EventBus
+from runner_core.kernel import TurnKernel
+from runner_core.messages import Message, SystemMessage, UserMessage
+from runner_core.middleware import Middleware
+from runner_core.policy import (
+    AgentExecutionPolicy,
+    AgentTurnOptions,
+    as_user_message,
+    validate_metadata,
+)
+from runner_core.resume import AgentResumeCommand, apply_resume
+from runner_core.snapshot import AgentTurnSnapshot
+from runner_core.status import AgentTurnStatus
+from runner_core.step import run_step
+from runner_core.store import AgentTurnStore
+from runner_core.turn import AgentStepResult, AgentTurn
+from runner_core.worker import HeldLease, LeaseKeeper
+
+log = logging.getLogger("runner_core.runner")
+
+Dispatcher = Callable[[str], None]
+ChatMemoryProvider = Callable[[str], Any]
+
+
+class AgentRunner:
+    """Runs turns; holds no turn state itself, so one runner serves a whole application."""
+
+    def __init__(
+        self,
+        turn_store: AgentTurnStore | None = None,
+        agent_loader: AgentLoader | None = None,
+        chat_memory_provider: ChatMemoryProvider | None = None,
+        policy: AgentExecutionPolicy | None = None,
+        middleware: Sequence[Middleware] = (),
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        from runner_core.memory_store import InMemoryAgentTurnStore
+
+        self.store: AgentTurnStore = (
+            turn_store if turn_store is not None else InMemoryAgentTurnStore()
+        )
+        self.loader: AgentLoader = (
+            agent_loader if agent_loader is not None else InMemoryAgentLoader()
+        )
+        self.chat_memory_provider = chat_memory_provider
+        self.policy = policy or AgentExecutionPolicy()
+        self.dispatcher = dispatcher
+        self.events = EventBus()
+        self.kernel = TurnKernel(self.store, self.events, self.policy, middleware)
+        self._keeper = LeaseKeeper()
+
+    # -- creating -----------------------------------------------------------------------
+    def run(
+        self,
+        agent: Agent | str,
+        input: str | UserMessage,
+        *,
+        history: Sequence[Message] | None = None,
+        conversation_id: str | None = None,
+        options: AgentTurnOptions | None = None,
+    ) -> AgentTurn:
+        """Create a turn and step it until it blocks or ends."""
+        turn = self._create(agent, input, history, conversation_id, options)
+        return self.run_until_blocked(turn)
+
+    def start(
+        self,
+        agent: Agent | str,
+        input: str | UserMessage,
+        *,
+        history: Sequence[Message] | None = None,
+        conversation_id: str | None = None,
+        options: AgentTurnOptions | None = None,
+    ) -> AgentTurn:
+        """Create a READY turn and hand it to the dispatcher (a worker runs it)."""
+        turn = self._create(agent, input, history, conversation_id, options)
+        self._dispatch(turn.id)
+        return turn
+
+    def _create(
+        self,
+        agent_ref: Agent | str,
+        input: str | UserMessage,
+        history: Sequence[Message] | None,
+        conversation_id: str | None,
+        options: AgentTurnOptions | None,
+    ) -> AgentTurn:
+        if history is not None and conversation_id is not None:
+            raise ValueError("pass history= or conversation_id=, not both")
+        if conversation_id is not None:
+            raise ConfigurationError(
+                f"conversation {conversation_id!r}: no chat_memory_provider is configured"
+            )
+        options = options or AgentTurnOptions()
+        metadata = validate_metadata(options.metadata)
+        agent = self._agent(agent_ref)
+        user = as_user_message(input)
+        attached = [m for m in (history or ()) if not isinstance(m, SystemMessage)]
+        now = self.store.now()
+        turn_id = uuid.uuid4().hex
+        state = AgentTurnSnapshot(
+            id=turn_id,
+            agent_id=agent.id,
+            agent_version=agent.version,
+            root_turn_id=turn_id,
+            messages=[*attached, user],
+            history_count=len(attached),
+            metadata=metadata,
+            streaming=options.streaming,
+            policy=options.policy,
+            created_at=now,
+            updated_at=now,
+        )
+        turn = AgentTurn(state, agent)
+        self.kernel.save(turn)
+        return turn
+
+    def _agent(self, ref: Agent | str) -> Agent:
+        if isinstance(ref, Agent):
+            if isinstance(self.loader, InMemoryAgentLoader):
+                try:
+                    known = self.loader.load(ref.id, ref.version)
+                except AgentNotFoundError:
+                    known = None
+                if known is not ref:
+                    self.loader.register(ref)
+            return ref
+        if not isinstance(ref, str):
+            raise TypeError(f"agent must be an Agent or an agent id, not {type(ref).__name__}")
+        return self.loader.load(ref)
+
+    # -- stepping -----------------------------------------------------------------------
+    def step(self, turn: AgentTurn) -> AgentStepResult:
+        """Advance the turn by one stable step; its status says what happens next."""
+        return run_step(self.kernel, turn)
+
+    def run_until_blocked(self, turn: AgentTurn) -> AgentTurn:
+        """Step until the turn blocks or ends."""
+        while _wants_step(turn):
+            self.step(turn)
+        return turn
+
+    # -- restoring and resuming -------------------------------------------------------------
+    def restore(self, turn_id: str) -> AgentTurn:
+        """Load a turn from the store with the exact agent version it was created with."""
+        snapshot = self.store.load(turn_id)
+        return AgentTurn(snapshot, self.loader.load(snapshot.agent_id, snapshot.agent_version))
+
+    def resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
+        """Apply a resume command, then run until the turn blocks or ends."""
+        return self.run_until_blocked(self._apply_resume(turn_id, command))
+
+    def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
+        """Apply a resume command and hand the turn to the dispatcher; do not run it."""
+        turn = self._apply_resume(turn_id, command)
+        self._dispatch(turn.id)
+        return turn
+
+    def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
+        turn = self.restore(turn_id)
+        apply_resume(turn.state, command, self.store.now())
+        self.kernel.save(turn)
+        self.kernel.emit(turn, AgentEventType.TURN_RESUMED, command=command.kind.value)
+        return turn
+
+    def cancel(self, turn_id: str, reason: str | None = None) -> AgentTurn:
+        """Request cancellation; a turn nobody is running is finalized now."""
+        turn = self.restore(turn_id)
+        if turn.status.is_terminal:
+            return turn
+        if self.store.request_cancellation(turn_id, reason):
+            turn.state.cancel_requested, turn.state.cancel_reason = True, reason
+            self.kernel.emit(turn, AgentEventType.CANCELLATION_REQUESTED, reason=reason)
+        if turn.status.is_blocked or turn.status is AgentTurnStatus.READY:
+            control = self.store.peek(turn_id)
+            if control.live_lease is None:
+                return self._finalize_cancel(turn)
+        self._dispatch(turn_id)
+        return turn
+
+    def _finalize_cancel(self, turn: AgentTurn) -> AgentTurn:
+        turn = self.restore(turn.id)
+        event = self.kernel.finish(
+            turn, AgentTurnStatus.CANCELLED, self.kernel.cancellation_reason(turn)
+        )
+        self.kernel.emit(turn, event, reason=turn.terminal_reason, final_output=None)
+        return turn
+
+    def save_snapshot(self, turn: AgentTurn) -> int:
+        """Save the turn (compare-and-set); the store assigns and returns the new version."""
+        return self.kernel.save(turn).version
+
+    # -- worker mode --------------------------------------------------------------------
+    def claim(self, turn_id: str, worker_id: str) -> AgentTurn | None:
+        """Lease one turn for ``worker_id``; None if it is not claimable now."""
+        snapshot = self.store.claim(turn_id, worker_id, self.store.now(), self._lease_ms())
+        return self._held(snapshot) if snapshot is not None else None
+
+    def claim_runnable(self, worker_id: str, limit: int = 10) -> list[AgentTurn]:
+        """Lease up to ``limit`` runnable turns."""
+        snapshots = self.store.claim_runnable(worker_id, self.store.now(), self._lease_ms(), limit)
+        return [t for t in (self._held(s) for s in snapshots) if t is not None]
+
+    @contextmanager
+    def holding(self, turn: AgentTurn) -> Iterator[AgentTurn]:
+        """Keep the turn's lease alive while the block runs, then release it."""
+        try:
+            yield turn
+        finally:
+            self.release(turn)
+
+    def release(self, turn: AgentTurn) -> bool:
+        """Stop the heartbeat and give the lease back."""
+        held = turn.held_lease
+        if held is None:
+            return False
+        self._keeper.drop(held)
+        turn.held_lease = None
+        try:
+            return held.release()
+        except Exception:
+            log.warning("releasing lease of turn %s failed", turn.id, exc_info=True)
+            return False
+
+    def _held(self, snapshot: AgentTurnSnapshot) -> AgentTurn | None:
+        lease = snapshot.lease
+        assert lease is not None, "a claimed snapshot carries its lease"
+        seconds = (snapshot.policy or self.policy).lease_seconds
+        held = HeldLease(self.store, snapshot.id, lease, seconds)
+        try:
+            agent = self.loader.load(snapshot.agent_id, snapshot.agent_version)
+        except AgentNotFoundError as exc:
+            self._fail_unloadable(snapshot, held, exc)
+            return None
+        turn = AgentTurn(snapshot, agent)
+        turn.held_lease = held
+        self._keeper.hold(held)
+        return turn
+
+    def _fail_unloadable(
+        self, snapshot: AgentTurnSnapshot, held: HeldLease, exc: Exception
+    ) -> None:
+        turn = AgentTurn(
+            snapshot, Agent(snapshot.agent_id, _NoModel(), version=snapshot.agent_version)
+        )
+        turn.held_lease = held
+        try:
+            event = self.kernel.finish(turn, AgentTurnStatus.FAILED, str(exc), exc)
+            self.kernel.emit(turn, event, reason=turn.terminal_reason, final_output=None)
+        finally:
+            turn.held_lease = None
+            held.release()
+
+    def _lease_ms(self) -> int:
+        return int(self.policy.lease_seconds * 1000)
+
+    # -- events and dispatch ------------------------------------------------------------------
+    def add_event_listener(self, listener: AgentEventListener) -> None:
+        """Listen to every event of every turn this runner touches."""
+        self.events.add(listener)
+
+    def remove_event_listener(self, listener: AgentEventListener) -> None:
+        """Stop listening."""
+        self.events.remove(listener)
+
+    def _dispatch(self, turn_id: str) -> None:
+        if self.dispatcher is None:
+            return
+        try:
+            self.dispatcher(turn_id)
+        except Exception:
+            log.exception("dispatching turn %s failed; the sweeper will send it", turn_id)
+
+
+def _wants_step(turn: AgentTurn) -> bool:
+    st = turn.state
+    if st.status.is_terminal:
+        return False
+    return st.cancel_requested or st.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+
+
+class _NoModel:
+    """Stands in for the model of an agent that could not be loaded (never called)."""
+
+    def generate(self, request: Any) -> Any:
+        raise AgentNotFoundError("unloadable")

@@ -1,0 +1,173 @@
+"""The persisted form of a turn: ``AgentTurnSnapshot`` and the values it holds."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runner_core.errors import SnapshotCorruptedError
+from runner_core.messages import Message, ToolCall
+from runner_core.models.base import Usage
+from runner_core.policy import AgentExecutionPolicy
+from runner_core.status import AgentTurnPhase, AgentTurnStatus
+
+SCHEMA_VERSION = 1
+"""The snapshot schema this code writes and reads; any other version is rejected."""
+
+
+class SuspensionType(str, Enum):
+    """Why a blocked turn waits."""
+
+    #: A tool asked for user input (a form).
+    USER_INPUT = "USER_INPUT"
+    #: A tool call needs approval.
+    TOOL_APPROVAL = "TOOL_APPROVAL"
+    #: Child turns are running.
+    CHILD = "CHILD"
+    #: A retry is scheduled.
+    RETRY = "RETRY"
+
+
+class Suspension(BaseModel):
+    """What a blocked turn waits for and how it continues."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: SuspensionType
+    #: The call id (approval, input) or child turn id the resume must name.
+    correlation_id: str | None = None
+    message: str = ""
+    resume_phase: AgentTurnPhase = AgentTurnPhase.MODEL
+    #: Details for whoever resumes: tool name and arguments, a form schema, child ids.
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorInfo(BaseModel):
+    """An error as it survives a snapshot: its type name and message."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    message: str
+    retryable: bool = False
+
+    @classmethod
+    def of(cls, error: BaseException) -> ErrorInfo:
+        """Describe a live exception."""
+        return cls(
+            type=type(error).__name__,
+            message=str(error),
+            retryable=bool(getattr(error, "retryable", False)),
+        )
+
+
+class LeaseInfo(BaseModel):
+    """Who holds a turn: worker id, random lease id and expiry (store clock, seconds)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    lease_id: str
+    until: float
+
+
+class AgentTurnSnapshot(BaseModel):
+    """Everything needed to resume a turn in a cold process; no live objects."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    schema_version: int = SCHEMA_VERSION
+    id: str
+    version: int = -1
+    agent_id: str
+    agent_version: str
+    status: AgentTurnStatus = AgentTurnStatus.READY
+    phase: AgentTurnPhase = AgentTurnPhase.MODEL
+    parent_turn_id: str | None = None
+    root_turn_id: str
+    conversation_id: str | None = None
+    messages: list[Message] = Field(default_factory=list)
+    #: Messages attached from earlier history (not new in this turn).
+    history_count: int = 0
+    pending_tool_calls: list[ToolCall] = Field(default_factory=list)
+    suspension: Suspension | None = None
+    next_runnable_at: float | None = None
+    iteration_count: int = 0
+    step_count: int = 0
+    tool_call_count: int = 0
+    retry_count: int = 0
+    usage: Usage = Usage()
+    final_output: str | None = None
+    error: ErrorInfo | None = None
+    terminal_reason: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    streaming: bool = False
+    policy: AgentExecutionPolicy | None = None
+    created_at: float
+    updated_at: float
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    lease: LeaseInfo | None = None
+    approved_call_ids: list[str] = Field(default_factory=list)
+    rejected_calls: dict[str, str] = Field(default_factory=dict)
+    submitted_inputs: dict[str, Any] = Field(default_factory=dict)
+    resume_log: list[dict[str, Any]] = Field(default_factory=list)
+    #: How many messages the conversation memory has already received.
+    projected_count: int = 0
+
+    def copy_state(self, *, with_messages: bool = True) -> AgentTurnSnapshot:
+        """An isolated copy: containers copied, immutable values (messages) shared."""
+        return self.model_copy(
+            update={
+                "messages": list(self.messages) if with_messages else [],
+                "pending_tool_calls": list(self.pending_tool_calls),
+                "metadata": _deep_json_copy(self.metadata),
+                "approved_call_ids": list(self.approved_call_ids),
+                "rejected_calls": dict(self.rejected_calls),
+                "submitted_inputs": _deep_json_copy(self.submitted_inputs),
+                "resume_log": [dict(entry) for entry in self.resume_log],
+            }
+        )
+
+
+def _deep_json_copy(value: dict[str, Any]) -> dict[str, Any]:
+    if not value:
+        return {}
+    return {k: _copy_json(v) for k, v in value.items()}
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
+
+
+def load_snapshot(
+    data: str | bytes | dict[str, Any], turn_id: str | None = None
+) -> AgentTurnSnapshot:
+    """Parse a stored snapshot; ``SnapshotCorruptedError`` if it is unreadable or unknown."""
+    if not isinstance(data, dict):
+        try:
+            data = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise SnapshotCorruptedError(turn_id, f"not JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise SnapshotCorruptedError(turn_id, "not a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SnapshotCorruptedError(turn_id, f"unknown schema_version {version!r}")
+    try:
+        return AgentTurnSnapshot.model_validate(data)
+    except ValidationError as exc:
+        raise SnapshotCorruptedError(turn_id, _first_error(exc)) from exc
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "record"
+    return f"{where}: {first.get('msg', 'invalid')}"

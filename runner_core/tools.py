@@ -1,0 +1,148 @@
+"""Tools: the ``@tool`` decorator, argument schemas and validation, approval policies."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from enum import Enum
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from runner_core.errors import AgentWorkerError
+from runner_core.messages import ToolCall
+from runner_core.models.base import ToolSpec
+
+if TYPE_CHECKING:
+    from runner_core.turn import AgentTurn
+
+
+class ApprovalDecision(str, Enum):
+    """What an approval policy decides for one call."""
+
+    #: Run the tool.
+    ALLOW = "ALLOW"
+    #: Suspend the turn until a human approves or rejects the call.
+    REQUIRE = "REQUIRE"
+    #: Do not run it; tell the model it was denied.
+    DENY = "DENY"
+
+
+ApprovalPolicy = Callable[["AgentTurn", ToolCall], ApprovalDecision]
+
+
+class ToolError(AgentWorkerError):
+    """Raised by a tool to send an error message back to the model (the turn goes on)."""
+
+
+class InvalidToolArguments(AgentWorkerError):
+    """Raised when a call's arguments do not fit the tool's schema."""
+
+
+class Tool:
+    """A callable the model may request, with its JSON schema and approval policy."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool | ApprovalPolicy = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = description or inspect.getdoc(fn) or ""
+        self._approval = requires_approval
+        self._args_model = _arguments_model(fn, self.name)
+        schema = self._args_model.model_json_schema()
+        schema.pop("title", None)
+        self.spec = ToolSpec(self.name, self.description, schema)
+
+    def approval(self, turn: AgentTurn, call: ToolCall) -> ApprovalDecision:
+        """Ask the approval policy about one call."""
+        if callable(self._approval):
+            return ApprovalDecision(self._approval(turn, call))
+        return ApprovalDecision.REQUIRE if self._approval else ApprovalDecision.ALLOW
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments; ``InvalidToolArguments`` with the first problem."""
+        try:
+            parsed = self._args_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise InvalidToolArguments(problems) from exc
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    hints = get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, default)
+    model: type[BaseModel] = create_model(
+        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a tool: schema from type hints, description from the docstring."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, requires_approval=requires_approval)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def as_tool(value: Tool | Callable[..., Any]) -> Tool:
+    """Accept a ``Tool`` or a plain function."""
+    return value if isinstance(value, Tool) else Tool(value)
+
+
+def render_result(value: Any) -> str:
+    """The ToolMessage content for a tool's return value."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def error_content(kind: str, message: str, **extra: Any) -> str:
+    """A structured error for the model: ``{"error": true, "type": kind, ...}``."""
+    return json.dumps({"error": True, "type": kind, "message": message, **extra})

@@ -1,0 +1,200 @@
+"""``AgentTurn``: a live turn (its state plus its agent) and ``AgentStepResult``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from runner_core.errors import RestoredError
+from runner_core.messages import Message, SystemMessage, ToolCall, ToolMessage
+from runner_core.models.base import ModelResponse, Usage
+from runner_core.snapshot import AgentTurnSnapshot, Suspension
+from runner_core.status import AgentTurnPhase, AgentTurnStatus
+
+if TYPE_CHECKING:
+    from runner_core.agent import Agent
+    from runner_core.worker import HeldLease
+
+
+class AgentTurn:
+    """One input to one final result. Read it; change it only through the runner."""
+
+    def __init__(self, state: AgentTurnSnapshot, agent: Agent) -> None:
+        self.state = state
+        self.agent = agent
+        self.live_error: BaseException | None = None
+        self.held_lease: HeldLease | None = None
+
+    # -- identity -------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """The turn id."""
+        return self.state.id
+
+    @property
+    def version(self) -> int:
+        """The stored version this object was last saved or loaded at."""
+        return self.state.version
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's id."""
+        return self.state.agent_id
+
+    @property
+    def agent_version(self) -> str:
+        """The agent version this turn runs (fixed at creation)."""
+        return self.state.agent_version
+
+    @property
+    def parent_turn_id(self) -> str | None:
+        """The direct parent, for a child turn."""
+        return self.state.parent_turn_id
+
+    @property
+    def root_turn_id(self) -> str:
+        """The root of the turn tree (itself for a root)."""
+        return self.state.root_turn_id
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The business conversation this turn belongs to, if any."""
+        return self.state.conversation_id
+
+    # -- where it stands ------------------------------------------------------------
+    @property
+    def status(self) -> AgentTurnStatus:
+        """Can the turn continue, and if not, why."""
+        return self.state.status
+
+    @property
+    def phase(self) -> AgentTurnPhase:
+        """What the next step does."""
+        return self.state.phase
+
+    @property
+    def final_output(self) -> str | None:
+        """The answer; meaningful only when the status is COMPLETED."""
+        return self.state.final_output
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that failed or delayed the turn (a ``RestoredError`` after a restore)."""
+        if self.live_error is not None:
+            return self.live_error
+        info = self.state.error
+        return RestoredError(info.type, info.message) if info is not None else None
+
+    @property
+    def terminal_reason(self) -> str | None:
+        """Why an abnormal end happened, e.g. ``max_total_tokens (used=120, limit=100)``."""
+        return self.state.terminal_reason
+
+    @property
+    def suspension(self) -> Suspension | None:
+        """What a blocked turn waits for."""
+        return self.state.suspension
+
+    @property
+    def next_runnable_at(self) -> float | None:
+        """When a scheduled retry becomes due (store clock, epoch seconds)."""
+        return self.state.next_runnable_at
+
+    @property
+    def pending_tool_calls(self) -> list[ToolCall]:
+        """Tool calls recorded but not yet answered."""
+        return list(self.state.pending_tool_calls)
+
+    # -- counters -------------------------------------------------------------------
+    @property
+    def iteration_count(self) -> int:
+        """Model requests made, failed ones included."""
+        return self.state.iteration_count
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken."""
+        return self.state.step_count
+
+    @property
+    def tool_call_count(self) -> int:
+        """Tools executed."""
+        return self.state.tool_call_count
+
+    @property
+    def retry_count(self) -> int:
+        """Retries scheduled over the whole turn."""
+        return self.state.retry_count
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens used by this turn and its ended children."""
+        return self.state.usage
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.state.usage.total_tokens
+
+    # -- content --------------------------------------------------------------------
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """Business metadata (read-only view)."""
+        return MappingProxyType(self.state.metadata)
+
+    @property
+    def streaming(self) -> bool:
+        """Whether model calls stream (persisted, inherited by children)."""
+        return self.state.streaming
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every message of the turn, attached history first (a copy)."""
+        return list(self.state.messages)
+
+    @property
+    def conversation_history(self) -> list[Message]:
+        """Model-protocol messages without system messages (a copy)."""
+        return [m for m in self.state.messages if not isinstance(m, SystemMessage)]
+
+    @property
+    def new_messages(self) -> list[Message]:
+        """Messages added by this turn (its input onwards)."""
+        return list(self.state.messages[self.state.history_count :])
+
+    @property
+    def prompt(self) -> str:
+        """The system instructions the model sees (the agent's)."""
+        return self.agent.instructions
+
+    @property
+    def task_plan(self) -> Any:
+        """The task plan of a planning agent (None without one)."""
+        return None
+
+    @property
+    def task_progress(self) -> Any:
+        """An immutable view of plan progress (None without a plan)."""
+        return None
+
+    def to_snapshot(self) -> AgentTurnSnapshot:
+        """An isolated copy of the persistent state."""
+        return self.state.copy_state()
+
+    def __repr__(self) -> str:
+        s = self.state
+        return f"AgentTurn({s.id!r}, {s.status.value}, phase={s.phase.value}, v{s.version})"
+
+
+@dataclass
+class AgentStepResult:
+    """What one step produced directly; the turn's status says what happens next."""
+
+    #: The model's response, when the step called the model.
+    response: ModelResponse | None = None
+    #: Tool results written by this step.
+    tool_messages: list[ToolMessage] = field(default_factory=list)
+    #: The error that made this step retry or fail.
+    error: BaseException | None = None

@@ -1,0 +1,152 @@
+"""Worker mode: leases held by this process, their heartbeat, and an in-process poller."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from runner_core.errors import LeaseLostError
+from runner_core.snapshot import LeaseInfo
+from runner_core.store import AgentTurnStore
+
+if TYPE_CHECKING:
+    from runner_core.runner import AgentRunner
+
+log = logging.getLogger("runner_core.worker")
+
+_SAFETY = 0.8
+"""Act only within this fraction of the lease, so clock drift never lets two workers act."""
+
+
+def default_worker_id() -> str:
+    """Host-process-random id; a restarted process never reuses a lease id anyway."""
+    return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class HeldLease:
+    """A lease this process holds on one turn; ``check()`` before every side effect."""
+
+    def __init__(
+        self, store: AgentTurnStore, turn_id: str, lease: LeaseInfo, seconds: float
+    ) -> None:
+        self.store = store
+        self.turn_id = turn_id
+        self.owner = lease.owner
+        self.lease_id = lease.lease_id
+        self.seconds = seconds
+        self.lost = False
+        self._deadline = time.monotonic() + seconds * _SAFETY
+
+    def check(self) -> None:
+        """Raise ``LeaseLostError`` if the lease was lost or may have expired."""
+        if self.lost:
+            raise LeaseLostError(self.turn_id, f"lease {self.lease_id} of {self.owner!r} was lost")
+        if time.monotonic() > self._deadline:
+            raise LeaseLostError(self.turn_id, f"lease {self.lease_id} of {self.owner!r} expired")
+
+    def renew(self) -> bool:
+        """Extend the lease in the store; a refusal marks it lost for good."""
+        if self.lost:
+            return False
+        started = time.monotonic()
+        try:
+            now = self.store.now()
+            ok = self.store.renew_lease(
+                self.turn_id, self.owner, self.lease_id, now, now + self.seconds
+            )
+        except Exception:
+            log.warning("renewing lease of turn %s failed", self.turn_id, exc_info=True)
+            return False
+        if ok:
+            self._deadline = started + self.seconds * _SAFETY
+        else:
+            self.lost = True
+        return ok
+
+    def release(self) -> bool:
+        """Give the lease back."""
+        self.lost = True
+        return self.store.release_lease(self.turn_id, self.owner, self.lease_id)
+
+
+class LeaseKeeper:
+    """One daemon thread per runner that renews every held lease at a third of its length."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[HeldLease, float]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, lease: HeldLease) -> None:
+        """Start renewing ``lease``."""
+        with self._lock:
+            self._held[id(lease)] = (lease, time.monotonic() + lease.seconds / 3)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def drop(self, lease: HeldLease) -> None:
+        """Stop renewing ``lease``."""
+        with self._lock:
+            self._held.pop(id(lease), None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                due = [
+                    (key, lease)
+                    for key, (lease, at) in self._held.items()
+                    if at <= time.monotonic()
+                ]
+            for key, lease in due:
+                lease.renew()
+                with self._lock:
+                    if key in self._held:
+                        self._held[key] = (lease, time.monotonic() + lease.seconds / 3)
+            with self._lock:
+                next_at = min((at for _, at in self._held.values()), default=None)
+            self._wake.clear()
+            self._wake.wait(None if next_at is None else max(0.0, next_at - time.monotonic()))
+
+
+class AgentWorker:
+    """An in-process poller: claim runnable turns, step each once under its lease, release."""
+
+    def __init__(self, runner: AgentRunner, worker_id: str | None = None, batch: int = 10) -> None:
+        self.runner = runner
+        self.worker_id = worker_id or default_worker_id()
+        self.batch = batch
+
+    def run_once(self) -> int:
+        """One poll: returns how many steps were taken."""
+        claimed = self.runner.claim_runnable(self.worker_id, limit=self.batch)
+        for turn in claimed:
+            with self.runner.holding(turn):
+                self.runner.step(turn)
+        return len(claimed)
+
+    def run_until_idle(self, max_polls: int = 10_000) -> int:
+        """Poll until nothing is runnable; returns the steps taken."""
+        steps = 0
+        for _ in range(max_polls):
+            n = self.run_once()
+            if n == 0:
+                return steps
+            steps += n
+        return steps
+
+    def run_forever(self, stop: threading.Event, idle_sleep: float = 0.05) -> None:
+        """Poll until ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                if self.run_once() == 0:
+                    stop.wait(idle_sleep)
+            except Exception:
+                log.exception("worker %s: poll failed", self.worker_id)
+                stop.wait(idle_sleep)
