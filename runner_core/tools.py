@@ -79,6 +79,7 @@ class Tool:
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (tests, scripts)."""
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
