@@ -12,9 +12,21 @@ from typing import Any
 import openai
 import pytest
 
+from runner_core import (
+    Agent,
+    AgentEventType,
+    AgentExecutionPolicy,
+    AgentResumeCommand,
+    AgentRunner,
+    AgentTurnOptions,
+    AgentTurnStatus,
+    RetryPolicy,
+    tool,
+)
 from runner_core.messages import (
     AiMessage,
     ImagePart,
+    Message,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -171,7 +183,7 @@ def test_request_body_carries_messages_and_tools_in_wire_shape(
     server: ChatServer, model: OpenAIChatModel
 ) -> None:
     server.script(wire.completion("Sunny."))
-    history = [
+    history: list[Message] = [
         SystemMessage("Be brief."),
         UserMessage("Weather in Paris?"),
         AiMessage(
@@ -613,25 +625,6 @@ def test_injected_client_is_used_with_retries_off(server: ChatServer) -> None:
 
 # --- whole turns through the runner -------------------------------------------------------
 
-try:
-    from runner_core import (
-        Agent,
-        AgentEventType,
-        AgentExecutionPolicy,
-        AgentResumeCommand,
-        AgentRunner,
-        AgentTurnOptions,
-        AgentTurnStatus,
-        RetryPolicy,
-        tool,
-    )
-
-    RUNNER_MISSING = ""
-except ImportError as exc:  # pragma: no cover - the runner is written in parallel
-    RUNNER_MISSING = f"runner_core.AgentRunner not importable yet: {exc}"
-
-needs_runner = pytest.mark.skipif(bool(RUNNER_MISSING), reason=RUNNER_MISSING)
-
 
 def weather_agent(server: ChatServer) -> Agent:
     @tool
@@ -643,7 +636,6 @@ def weather_agent(server: ChatServer) -> Agent:
     return Agent(id="weather", model=model, instructions="Be brief.", tools=[get_weather])
 
 
-@needs_runner
 def test_full_tool_calling_turn(server: ChatServer) -> None:
     # Given a server that first asks for the tool, then answers
     server.script(
@@ -682,7 +674,6 @@ def test_full_tool_calling_turn(server: ChatServer) -> None:
     assert "clear" in tool_reply["content"]
 
 
-@needs_runner
 def test_streaming_turn_emits_model_deltas(server: ChatServer) -> None:
     server.script(
         Reply(
@@ -715,7 +706,6 @@ def test_streaming_turn_emits_model_deltas(server: ChatServer) -> None:
     assert all(r.body["stream"] is True for r in server.requests)
 
 
-@needs_runner
 def test_rate_limit_schedules_a_retry_no_sooner_than_retry_after(server: ChatServer) -> None:
     # Given a 429 asking for 2 seconds, then an answer
     server.script(
