@@ -1,5 +1,7 @@
 """Chat models: the protocol, FunctionModel, and real adapters."""
 
+from typing import TYPE_CHECKING, Any
+
 from runner_core.models.base import (
     ChatModel,
     ModelError,
@@ -15,7 +17,18 @@ from runner_core.models.base import (
     Usage,
 )
 from runner_core.models.function import INVALID_ARGUMENTS_KEY, FunctionModel, StreamAssembler
-from runner_core.models.openai import OpenAIChatModel
+
+if TYPE_CHECKING:
+    from runner_core.models.openai import OpenAIChatModel
+
+
+def __getattr__(name: str) -> Any:
+    # The OpenAI adapter imports the openai SDK; load it only when asked for.
+    if name == "OpenAIChatModel":
+        from runner_core.models.openai import OpenAIChatModel
+
+        return OpenAIChatModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "INVALID_ARGUMENTS_KEY",
