@@ -10,6 +10,7 @@ from runner_core.errors import AgentNotFoundError
 from runner_core.messages import SystemMessage
 from runner_core.middleware import Middleware
 from runner_core.models.base import ChatModel
+from runner_core.planning import AgentPlanningPolicy, plan_tool_specs
 from runner_core.tools import Tool, as_tool
 
 
@@ -24,7 +25,7 @@ class Agent:
         version: str = "1",
         tools: Sequence[Tool | Callable[..., Any]] = (),
         sub_agents: Sequence[str] = (),
-        planning: Any = None,
+        planning: AgentPlanningPolicy | None = None,
         max_iterations: int = 100,
         max_attached_turns: int = 10,
         max_attached_messages: int = 100,
@@ -48,6 +49,9 @@ class Agent:
             self.tools[resolved.name] = resolved
         self.sub_agents = tuple(sub_agents)
         self.planning = planning
+        self.tool_specs = [t.spec for t in self.tools.values()]
+        if isinstance(planning, AgentPlanningPolicy) and planning.enabled:
+            self.tool_specs += plan_tool_specs()
         self.max_iterations = max_iterations
         self.max_attached_turns = max_attached_turns
         self.max_attached_messages = max_attached_messages

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner_core.turn import AgentTurn
+    from runner_core.snapshot import AgentTurnSnapshot
 
 log = logging.getLogger("runner_core.events")
 
@@ -98,12 +98,11 @@ class EventBus:
         """True when someone listens (events are only built then)."""
         return bool(self._listeners)
 
-    def emit(self, turn: AgentTurn, type: AgentEventType, **data: Any) -> None:
-        """Build the event for ``turn`` and deliver it to every listener, in order."""
+    def emit(self, s: AgentTurnSnapshot, type: AgentEventType, **data: Any) -> None:
+        """Build the event for the turn ``s`` and deliver it to every listener, in order."""
         listeners = self._listeners
         if not listeners:
             return
-        s = turn.state
         payload = {
             "status": s.status.value,
             "phase": s.phase.value,

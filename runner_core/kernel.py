@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from runner_core.agent import AgentLoader
 from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType, EventBus
 from runner_core.messages import AiMessage, ToolMessage
@@ -26,6 +27,7 @@ TERMINAL_EVENT = {
 }
 
 AfterSave = Callable[[AgentTurn], None]
+OnTerminal = Callable[[AgentTurn], None]
 
 
 class TurnKernel:
@@ -37,9 +39,13 @@ class TurnKernel:
         bus: EventBus,
         policy: AgentExecutionPolicy,
         middleware: Sequence[Middleware],
+        loader: AgentLoader,
         after_save: AfterSave | None = None,
+        on_terminal: OnTerminal | None = None,
     ) -> None:
         self.store = store
+        self.loader = loader
+        self.on_terminal = on_terminal
         self.bus = bus
         self.default_policy = policy
         self.runner_middleware = tuple(middleware)
@@ -63,7 +69,7 @@ class TurnKernel:
 
     def emit(self, turn: AgentTurn, type: AgentEventType, **data: Any) -> None:
         """Deliver an event about ``turn``."""
-        self.bus.emit(turn, type, **data)
+        self.bus.emit(turn.state, type, **data)
 
     def control(self, turn: AgentTurn) -> TurnControl:
         """Re-read the stored control fields; the cancel flag is merged into the turn."""
@@ -87,13 +93,18 @@ class TurnKernel:
         if lease is not None:
             raise LeaseLostError(st.id, f"turn is leased by worker {lease.owner!r}")
 
-    def save(self, turn: AgentTurn) -> SaveResult:
-        """Compare-and-set the turn; merges the cancel flag; emits SNAPSHOT_SAVED."""
+    def save(
+        self, turn: AgentTurn, children: Sequence[AgentTurnSnapshot] | None = None
+    ) -> SaveResult:
+        """Compare-and-set the turn (and create children atomically); emits SNAPSHOT_SAVED."""
         if turn.held_lease is not None:
             turn.held_lease.check()
         st = turn.state
         st.updated_at = time.time()
-        result = self.store.save(st, st.version)
+        if children:
+            result = self.store.save_parent_and_children(st, st.version, children)
+        else:
+            result = self.store.save(st, st.version)
         st.version = result.version
         if result.cancel_requested and not st.cancel_requested:
             st.cancel_requested = True
@@ -109,8 +120,10 @@ class TurnKernel:
         status: AgentTurnStatus,
         reason: str | None = None,
         error: BaseException | None = None,
-    ) -> AgentEventType:
-        """Close the history of an abnormal end, save the terminal state; the event to emit."""
+        *,
+        in_step: bool = False,
+    ) -> None:
+        """End the turn: close an abnormal history, save, emit, then wake a waiting parent."""
         st = turn.state
         if status is not AgentTurnStatus.COMPLETED:
             reason = reason or status.value.lower()
@@ -123,7 +136,13 @@ class TurnKernel:
         st.suspension = None
         st.next_runnable_at = None
         self.save(turn)
-        return TERMINAL_EVENT[status]
+        if in_step:
+            self.emit(turn, AgentEventType.STEP_COMPLETED)
+        self.emit(
+            turn, TERMINAL_EVENT[status], reason=st.terminal_reason, final_output=st.final_output
+        )
+        if self.on_terminal is not None:
+            self.on_terminal(turn)
 
     def cancellation_reason(self, turn: AgentTurn) -> str:
         """The caller's reason, else the policy's."""

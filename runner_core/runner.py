@@ -9,29 +9,32 @@ from contextlib import contextmanager
 from typing import Any
 
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
-from runner_core.errors import AgentNotFoundError, ConfigurationError
+from runner_core.children import complete_child, descendants
+from runner_core.errors import AgentNotFoundError, ConfigurationError, InvalidResumeError
 from runner_core.events import AgentEventListener, AgentEventType, EventBus
 from runner_core.kernel import TurnKernel
+from runner_core.memory import ChatMemory, attach_window
 from runner_core.messages import Message, SystemMessage, UserMessage
 from runner_core.middleware import Middleware
+from runner_core.planning import AgentPlanningPolicy
 from runner_core.policy import (
     AgentExecutionPolicy,
     AgentTurnOptions,
     as_user_message,
     validate_metadata,
 )
-from runner_core.resume import AgentResumeCommand, apply_resume
+from runner_core.resume import AgentResumeCommand, ResumeKind, apply_resume, check_resume
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
 from runner_core.step import run_step
-from runner_core.store import AgentTurnStore
+from runner_core.store import AgentTurnStore, waiting_child_ids
 from runner_core.turn import AgentStepResult, AgentTurn
 from runner_core.worker import HeldLease, LeaseKeeper
 
 log = logging.getLogger("runner_core.runner")
 
 Dispatcher = Callable[[str], None]
-ChatMemoryProvider = Callable[[str], Any]
+ChatMemoryProvider = Callable[[str], "ChatMemory"]
 
 
 class AgentRunner:
@@ -58,7 +61,15 @@ class AgentRunner:
         self.policy = policy or AgentExecutionPolicy()
         self.dispatcher = dispatcher
         self.events = EventBus()
-        self.kernel = TurnKernel(self.store, self.events, self.policy, middleware)
+        self.kernel = TurnKernel(
+            self.store,
+            self.events,
+            self.policy,
+            middleware,
+            self.loader,
+            after_save=self._project,
+            on_terminal=self._child_ended,
+        )
         self._keeper = LeaseKeeper()
 
     # -- creating -----------------------------------------------------------------------
@@ -99,7 +110,7 @@ class AgentRunner:
     ) -> AgentTurn:
         if history is not None and conversation_id is not None:
             raise ValueError("pass history= or conversation_id=, not both")
-        if conversation_id is not None:
+        if conversation_id is not None and self.chat_memory_provider is None:
             raise ConfigurationError(
                 f"conversation {conversation_id!r}: no chat_memory_provider is configured"
             )
@@ -107,7 +118,12 @@ class AgentRunner:
         metadata = validate_metadata(options.metadata)
         agent = self._agent(agent_ref)
         user = as_user_message(input)
-        attached = [m for m in (history or ()) if not isinstance(m, SystemMessage)]
+        if conversation_id is not None:
+            memory = self._memory(conversation_id)
+            recent = memory.get_model_messages(agent.max_attached_messages)
+            attached = attach_window(recent, agent.max_attached_turns)
+        else:
+            attached = [m for m in (history or ()) if not isinstance(m, SystemMessage)]
         now = self.store.now()
         turn_id = uuid.uuid4().hex
         state = AgentTurnSnapshot(
@@ -122,8 +138,10 @@ class AgentRunner:
             policy=options.policy,
             created_at=now,
             updated_at=now,
+            conversation_id=conversation_id,
         )
         turn = AgentTurn(state, agent)
+
         self.kernel.save(turn)
         return turn
 
@@ -147,20 +165,39 @@ class AgentRunner:
         return run_step(self.kernel, turn)
 
     def run_until_blocked(self, turn: AgentTurn) -> AgentTurn:
-        """Step until the turn blocks or ends."""
-        while _wants_step(turn):
-            self.step(turn)
-        return turn
+        """Step until the turn blocks or ends; in-process, children run inline."""
+        while True:
+            while _wants_step(turn):
+                self.step(turn)
+            if turn.status is not AgentTurnStatus.WAITING_FOR_CHILD or turn.held_lease:
+                return turn
+            if not self._run_children(turn):
+                return turn
+
+    def _run_children(self, parent: AgentTurn) -> bool:
+        """Run the awaited children one after the other; True if the parent can go on."""
+        for child_id in waiting_child_ids(parent.state):
+            child = self.restore(child_id)
+            if not child.status.is_terminal:
+                self.run_until_blocked(child)
+        parent.state = self.store.load(parent.id)
+        return parent.status is not AgentTurnStatus.WAITING_FOR_CHILD
 
     # -- restoring and resuming -------------------------------------------------------------
     def restore(self, turn_id: str) -> AgentTurn:
         """Load a turn from the store with the exact agent version it was created with."""
         snapshot = self.store.load(turn_id)
-        return AgentTurn(snapshot, self.loader.load(snapshot.agent_id, snapshot.agent_version))
+        turn = AgentTurn(snapshot, self.loader.load(snapshot.agent_id, snapshot.agent_version))
+        self._project(turn)
+        return turn
 
     def resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command, then run until the turn blocks or ends."""
-        return self.run_until_blocked(self._apply_resume(turn_id, command))
+        target = self._apply_resume(turn_id, command)
+        self.run_until_blocked(target)
+        if target.id == turn_id:
+            return target
+        return self.run_until_blocked(self.restore(turn_id))
 
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
@@ -170,13 +207,53 @@ class AgentRunner:
 
     def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         turn = self.restore(turn_id)
+        if command.kind is ResumeKind.CHILD_COMPLETED:
+            return self._child_completed(turn, command)
+        if turn.status is AgentTurnStatus.WAITING_FOR_CHILD:
+            turn = self._blocked_descendant(turn, command)
         apply_resume(turn.state, command, self.store.now())
         self.kernel.save(turn)
         self.kernel.emit(turn, AgentEventType.TURN_RESUMED, command=command.kind.value)
         return turn
 
+    def _child_completed(self, parent: AgentTurn, command: AgentResumeCommand) -> AgentTurn:
+        child_id = command.child_turn_id or ""
+        check_resume(parent.state, command, self.store.now())
+        if child_id not in waiting_child_ids(parent.state):
+            raise InvalidResumeError(parent.id, f"it does not wait for child {child_id!r}")
+        if not self.store.load(child_id).status.is_terminal:
+            raise InvalidResumeError(parent.id, f"child {child_id!r} has not ended")
+        self._complete_child(parent.id, child_id)
+        return self.restore(parent.id)
+
+    def _blocked_descendant(self, root: AgentTurn, command: AgentResumeCommand) -> AgentTurn:
+        """The blocked descendant a command is meant for (resuming a root routes there)."""
+        for child_id in descendants(self.store, root.id):
+            child = self.restore(child_id)
+            try:
+                check_resume(child.state, command, self.store.now())
+            except InvalidResumeError:
+                continue
+            return child
+        raise InvalidResumeError(root.id, f"no blocked descendant accepts {command.kind.value}")
+
+    def repair(self, limit: int = 100) -> int:
+        """Wake parents whose children ended before the parent heard of it (after a crash)."""
+        woken = 0
+        for child_id, parent_id in self.store.find_terminal_children_with_waiting_parent(limit):
+            if self._complete_child(parent_id, child_id):
+                woken += 1
+                self._dispatch(parent_id)
+        return woken
+
     def cancel(self, turn_id: str, reason: str | None = None) -> AgentTurn:
-        """Request cancellation; a turn nobody is running is finalized now."""
+        """Request cancellation of a turn and its running children; idle ones end now."""
+        turn = self._cancel_one(turn_id, reason)
+        for child_id in descendants(self.store, turn_id):
+            self._cancel_one(child_id, reason)
+        return turn
+
+    def _cancel_one(self, turn_id: str, reason: str | None) -> AgentTurn:
         turn = self.restore(turn_id)
         if turn.status.is_terminal:
             return turn
@@ -192,10 +269,7 @@ class AgentRunner:
 
     def _finalize_cancel(self, turn: AgentTurn) -> AgentTurn:
         turn = self.restore(turn.id)
-        event = self.kernel.finish(
-            turn, AgentTurnStatus.CANCELLED, self.kernel.cancellation_reason(turn)
-        )
-        self.kernel.emit(turn, event, reason=turn.terminal_reason, final_output=None)
+        self.kernel.finish(turn, AgentTurnStatus.CANCELLED, self.kernel.cancellation_reason(turn))
         return turn
 
     def save_snapshot(self, turn: AgentTurn) -> int:
@@ -257,14 +331,60 @@ class AgentRunner:
         )
         turn.held_lease = held
         try:
-            event = self.kernel.finish(turn, AgentTurnStatus.FAILED, str(exc), exc)
-            self.kernel.emit(turn, event, reason=turn.terminal_reason, final_output=None)
+            self.kernel.finish(turn, AgentTurnStatus.FAILED, str(exc), exc)
         finally:
             turn.held_lease = None
             held.release()
 
     def _lease_ms(self) -> int:
         return int(self.policy.lease_seconds * 1000)
+
+    # -- conversations and children ------------------------------------------------------
+    def _memory(self, conversation_id: str) -> ChatMemory:
+        assert self.chat_memory_provider is not None
+        memory: ChatMemory = self.chat_memory_provider(conversation_id)
+        return memory
+
+    def _project(self, turn: AgentTurn) -> None:
+        """Add the root turn's new messages to its conversation; failures wait for later."""
+        st = turn.state
+        if st.conversation_id is None or st.parent_turn_id is not None:
+            return
+        if self.chat_memory_provider is None:
+            return
+        start = st.history_count + st.projected_count
+        new = st.messages[start:]
+        if not new:
+            return
+        try:
+            self._memory(st.conversation_id).add_messages(new)
+        except Exception:
+            log.warning(
+                "projecting turn %s into conversation %s failed; will retry",
+                st.id,
+                st.conversation_id,
+                exc_info=True,
+            )
+            return
+        st.projected_count += len(new)
+
+    def _child_ended(self, turn: AgentTurn) -> None:
+        parent_id = turn.state.parent_turn_id
+        if parent_id is None:
+            return
+        if self._complete_child(parent_id, turn.id) and turn.held_lease is not None:
+            self._dispatch(parent_id)
+
+    def _complete_child(self, parent_id: str, child_id: str) -> bool:
+        parent = self.store.load(parent_id)
+        try:
+            agent = self.loader.load(parent.agent_id, parent.agent_version)
+            policy = agent.planning if isinstance(agent.planning, AgentPlanningPolicy) else None
+        except AgentNotFoundError:
+            policy = None
+        return complete_child(
+            self.store, lambda s, t, d: self.events.emit(s, t, **d), parent_id, child_id, policy
+        )
 
     # -- events and dispatch ------------------------------------------------------------------
     def add_event_listener(self, listener: AgentEventListener) -> None:

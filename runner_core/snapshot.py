@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner_core.errors import SnapshotCorruptedError
 from runner_core.messages import Message, ToolCall
 from runner_core.models.base import Usage
+from runner_core.planning import TaskPlan
 from runner_core.policy import AgentExecutionPolicy
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 
@@ -115,8 +116,12 @@ class AgentTurnSnapshot(BaseModel):
     rejected_calls: dict[str, str] = Field(default_factory=dict)
     submitted_inputs: dict[str, Any] = Field(default_factory=dict)
     resume_log: list[dict[str, Any]] = Field(default_factory=list)
-    #: How many messages the conversation memory has already received.
+    #: How many new messages the conversation memory has already received.
     projected_count: int = 0
+    #: The task plan of a planning agent.
+    task_plan: TaskPlan | None = None
+    #: 0 for a root turn, parent's depth + 1 for a child.
+    depth: int = 0
 
     def copy_state(self, *, with_messages: bool = True) -> AgentTurnSnapshot:
         """An isolated copy: containers copied, immutable values (messages) shared."""
@@ -129,6 +134,7 @@ class AgentTurnSnapshot(BaseModel):
                 "rejected_calls": dict(self.rejected_calls),
                 "submitted_inputs": _deep_json_copy(self.submitted_inputs),
                 "resume_log": [dict(entry) for entry in self.resume_log],
+                "task_plan": self.task_plan.model_copy(deep=True) if self.task_plan else None,
             }
         )
 

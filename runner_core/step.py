@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any, assert_never
 
 from runner_core import budget
+from runner_core.children import advance_plan, is_plan_call, planning_policy, store_plan
 from runner_core.context import AgentToolContext, UserInputRequested
 from runner_core.errors import AgentWorkerError, ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
@@ -29,6 +30,7 @@ from runner_core.models.base import (
     ToolCallDelta,
 )
 from runner_core.models.function import INVALID_ARGUMENTS_KEY
+from runner_core.planning import TaskStatus, plan_result
 from runner_core.snapshot import ErrorInfo, Suspension, SuspensionType
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
@@ -112,6 +114,8 @@ class _Step:
             )
         if reason := budget.at_step_entry(st, self.policy.budget, k.store.now):
             return self._end(Finish(Status.BUDGET_EXCEEDED, reason))
+        if advance_plan(k, self.turn):
+            return self.result
         st.step_count += 1
         return chain_step(k.middleware(self.turn), self.turn, self._body)
 
@@ -148,7 +152,7 @@ class _Step:
         self.guarded = False
         request = ModelRequest(
             [*agent.system_messages, *st.messages],
-            [t.spec for t in agent.tools.values()],
+            agent.tool_specs,
             dict(agent.model_settings),
         )
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
@@ -220,6 +224,8 @@ class _Step:
 
     def _call(self, call: ToolCall) -> Outcome | None:
         st, turn = self.st, self.turn
+        if is_plan_call(turn, call):
+            return self._plan_call(call)
         tool = turn.agent.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(turn.agent.tools)) or "none"
@@ -256,6 +262,20 @@ class _Step:
         if reason := budget.before_tool(st, self.policy.budget, self.k.store.now):
             return Finish(Status.BUDGET_EXCEEDED, reason)
         return self._execute(tool, call)
+
+    def _plan_call(self, call: ToolCall) -> Outcome | None:
+        plan = self.st.task_plan
+        if plan is None or plan.call_id != call.id:
+            reason = store_plan(self.k, self.turn, call)
+            return self._refuse(call, "invalid_plan", reason) if reason else Continue()
+        self.k.emit(self.turn, E.TOOL_COMPLETED, call_id=call.id, tool=call.name, is_error=False)
+        self._answer(call, ToolMessage(call_id=call.id, name=call.name, content=plan_result(plan)))
+        policy = planning_policy(self.turn)
+        done = all(t.status is TaskStatus.COMPLETED for t in plan.tasks)
+        if policy and not policy.final_summary and done and not self.st.pending_tool_calls:
+            self.st.final_output = "\n\n".join(t.result or "" for t in plan.tasks)
+            return Finish(Status.COMPLETED)
+        return None
 
     def _execute(self, tool: Tool, call: ToolCall) -> Outcome | None:
         st, turn, k = self.st, self.turn, self.k
@@ -403,8 +423,8 @@ class _Step:
                     )
                 ]
             case Finish(status=status, reason=reason, error=error):
-                event = k.finish(turn, status, reason, error)
-                after = [(event, {"reason": st.terminal_reason, "final_output": st.final_output})]
+                k.finish(turn, status, reason, error, in_step=in_step)
+                return
             case _:
                 assert_never(outcome)
         if in_step:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from runner_core.errors import RestoredError
 from runner_core.messages import Message, SystemMessage, ToolCall, ToolMessage
 from runner_core.models.base import ModelResponse, Usage
+from runner_core.planning import TaskPlan, TaskStatus
 from runner_core.snapshot import AgentTurnSnapshot, Suspension
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 
@@ -170,14 +171,20 @@ class AgentTurn:
         return self.agent.instructions
 
     @property
-    def task_plan(self) -> Any:
-        """The task plan of a planning agent (None without one)."""
-        return None
+    def task_plan(self) -> TaskPlan | None:
+        """A copy of the task plan of a planning agent (None without one)."""
+        plan = self.state.task_plan
+        return plan.model_copy(deep=True) if plan is not None else None
 
     @property
-    def task_progress(self) -> Any:
+    def task_progress(self) -> TaskProgress | None:
         """An immutable view of plan progress (None without a plan)."""
-        return None
+        plan = self.state.task_plan
+        if plan is None:
+            return None
+        tasks = tuple(MappingProxyType(t.model_dump(mode="json")) for t in plan.tasks)
+        completed = sum(1 for t in plan.tasks if t.status is TaskStatus.COMPLETED)
+        return TaskProgress(plan.goal, completed, len(plan.tasks), tasks, self.state.suspension)
 
     def to_snapshot(self) -> AgentTurnSnapshot:
         """An isolated copy of the persistent state."""
@@ -186,6 +193,17 @@ class AgentTurn:
     def __repr__(self) -> str:
         s = self.state
         return f"AgentTurn({s.id!r}, {s.status.value}, phase={s.phase.value}, v{s.version})"
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    """An immutable view of a plan: goal, counts, tasks, and what the turn waits for."""
+
+    goal: str
+    completed: int
+    total: int
+    tasks: tuple[Mapping[str, Any], ...]
+    suspension: Suspension | None
 
 
 @dataclass
