@@ -16,6 +16,7 @@ from runner_core.errors import (
     TurnNotFoundError,
 )
 from runner_core.events import AgentEvent, AgentEventListener, AgentEventType
+from runner_core.memory import ChatMemory, InMemoryChatMemory, attach_window
 from runner_core.memory_store import InMemoryAgentTurnStore
 from runner_core.messages import (
     AiMessage,
@@ -41,6 +42,13 @@ from runner_core.models import (
     ToolSpec,
     Usage,
 )
+from runner_core.planning import (
+    AgentPlanningPolicy,
+    FailureStrategy,
+    PlanTask,
+    TaskPlan,
+    TaskStatus,
+)
 from runner_core.policy import (
     AgentBudget,
     AgentExecutionPolicy,
@@ -62,7 +70,7 @@ from runner_core.snapshot import (
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 from runner_core.store import AgentTurnStore, SaveResult, TurnControl
 from runner_core.tools import ApprovalDecision, Tool, ToolError, tool
-from runner_core.turn import AgentStepResult, AgentTurn
+from runner_core.turn import AgentStepResult, AgentTurn, TaskProgress
 from runner_core.worker import AgentWorker
 
 __all__ = [
@@ -73,6 +81,16 @@ __all__ = [
     "AgentEvent",
     "AgentEventListener",
     "AgentEventType",
+    "AgentPlanningPolicy",
+    "ChatMemory",
+    "FailureStrategy",
+    "InMemoryChatMemory",
+    "PlanTask",
+    "TaskPlan",
+    "TaskProgress",
+    "TaskStatus",
+    "attach_window",
+
     "AgentExecutionPolicy",
     "AgentLoader",
     "AgentNotFoundError",
