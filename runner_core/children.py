@@ -215,7 +215,11 @@ def complete_child(
                 "error": task.error,
             },
         )
-        return parent.status is AgentTurnStatus.RUNNING
+        if parent.status is AgentTurnStatus.RUNNING:
+            emit(parent, E.TURN_RESUMED, {"child_turn_id": child_id})
+            return True
+        return False
+
     log.error(
         "parent %s: could not record child %s after %d attempts", parent_id, child_id, attempts
     )

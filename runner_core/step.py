@@ -268,8 +268,17 @@ class _Step:
         if plan is None or plan.call_id != call.id:
             reason = store_plan(self.k, self.turn, call)
             return self._refuse(call, "invalid_plan", reason) if reason else Continue()
-        self.k.emit(self.turn, E.TOOL_COMPLETED, call_id=call.id, tool=call.name, is_error=False)
-        self._answer(call, ToolMessage(call_id=call.id, name=call.name, content=plan_result(plan)))
+        content = plan_result(plan)
+        self.k.emit(
+            self.turn,
+            E.TOOL_COMPLETED,
+            call_id=call.id,
+            tool=call.name,
+            is_error=False,
+            content=content[:500],
+        )
+        self._answer(call, ToolMessage(call_id=call.id, name=call.name, content=content))
+
         policy = planning_policy(self.turn)
         done = all(t.status is TaskStatus.COMPLETED for t in plan.tasks)
         if policy and not policy.final_summary and done and not self.st.pending_tool_calls:
