@@ -58,7 +58,6 @@ class EventPrinter:
     def __call__(self, event: AgentEvent) -> None:
         """Print one event (deltas and step markers are skipped)."""
         if event.type in _QUIET:
-
             return
         depth = self.depth.setdefault(
             event.turn_id, self.depth.get(event.parent_turn_id or "", -1) + 1

@@ -395,6 +395,10 @@ class AgentRunner:
         """Stop listening."""
         self.events.remove(listener)
 
+    def dispatch(self, turn_id: str) -> None:
+        """Tell the dispatcher a turn is runnable; a failure is logged (the sweeper resends)."""
+        self._dispatch(turn_id)
+
     def _dispatch(self, turn_id: str) -> None:
         if self.dispatcher is None:
             return

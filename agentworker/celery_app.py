@@ -1,0 +1,77 @@
+"""The Celery app: ``celery -A agentworker worker`` / ``celery -A agentworker beat``.
+
+Configuration chosen for correctness; each choice has its reason next to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from agentworker.settings import Settings
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings for ``settings``."""
+    return {
+        "broker_url": settings.broker,
+        # JSON only: a message is a wake-up with a turn id; pickle is refused on receipt.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        # The store holds every result; a result backend would be a second truth.
+        "task_ignore_result": True,
+        "result_backend": None,
+        # Ack after the step: a worker killed mid-step leaves the message to redeliver
+        # (the lease and the version make a redelivered step harmless).
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # One message at a time per process: a prefetched wake-up would sit behind a long
+        # step while another worker idles.
+        "worker_prefetch_multiplier": 1,
+        # A step never outlives the broker's visibility timeout, or the Redis broker would
+        # hand the same message to a second worker while the first still runs it.
+        "task_time_limit": settings.step_time_limit,
+        "task_soft_time_limit": settings.step_time_limit * 0.9,
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        # Steps and sweeps on their own queues: a backlog of steps never delays the sweeper.
+        "task_default_queue": settings.step_queue,
+        "task_routes": {
+            "agentworker.step_turn": {"queue": settings.step_queue},
+            "agentworker.sweep": {"queue": settings.sweep_queue},
+        },
+        "beat_schedule": {
+            "agentworker-sweep": {
+                "task": "agentworker.sweep",
+                "schedule": settings.sweep_interval,
+                # A sweep that waited longer than a few intervals is worthless: drop it.
+                "options": {"queue": settings.sweep_queue, "expires": settings.sweep_interval * 5},
+            }
+        },
+        # A broken broker must not hang producers: the turn is saved; the sweeper sends it.
+        "task_publish_retry_policy": {
+            "max_retries": 2,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        },
+        "broker_connection_retry_on_startup": True,
+        # Events for Flower.
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+    }
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    """A configured Celery app with the agentworker tasks registered."""
+    settings = settings or Settings()
+    celery = Celery("agentworker")
+    celery.conf.update(celery_config(settings))
+    from agentworker import tasks
+
+    tasks.register(celery)
+    return celery
+
+
+app = create_app()

@@ -1,0 +1,54 @@
+"""Wiring: the Redis store, the agent loader and the dispatcher behind one runner."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from celery import Celery
+
+from agentworker.dispatch import CeleryDispatcher
+from agentworker.settings import Settings
+from runner_core import AgentExecutionPolicy, AgentRunner
+
+log = logging.getLogger("agentworker")
+
+_lock = threading.Lock()
+_process_runner: tuple[int, AgentRunner] | None = None
+
+
+def make_runner(settings: Settings | None = None, app: Celery | None = None) -> AgentRunner:
+    """An AgentRunner on the Redis store that enqueues a step whenever a turn is runnable.
+
+    For producers (``runner.start``) and webhook handlers (``runner.submit_resume``).
+    """
+    from stores import RedisAgentTurnStore
+
+    settings = settings or Settings()
+    if app is None:
+        from agentworker.celery_app import app as default_app
+
+        app = default_app
+    store = RedisAgentTurnStore(settings.redis_url, namespace=settings.namespace)
+    return AgentRunner(
+        turn_store=store,
+        agent_loader=settings.load_agent_loader(),
+        policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
+        dispatcher=CeleryDispatcher(app, settings.step_queue),
+    )
+
+
+def process_runner(app: Celery) -> AgentRunner:
+    """The runner of this process, built lazily after a prefork worker forks."""
+    global _process_runner
+    with _lock:
+        if _process_runner is None or _process_runner[0] != os.getpid():
+            _process_runner = (os.getpid(), make_runner(Settings(), app))
+        return _process_runner[1]
+
+
+def worker_id() -> str:
+    """``host:pid``; every claim also gets a fresh random lease id, so reuse is safe."""
+    return f"{socket.gethostname()}:{os.getpid()}"

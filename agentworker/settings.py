@@ -1,0 +1,84 @@
+"""Settings of workers, beat and producers, from ``AGENTWORKER_*`` environment variables."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runner_core import AgentLoader, ConfigurationError
+
+
+class Settings(BaseSettings):
+    """Everything a worker, the sweeper and a producer need to agree on."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTWORKER_", extra="ignore")
+
+    #: The Redis holding the turns (the single source of truth).
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: The Celery broker; defaults to ``redis_url``. ``amqp://`` works too.
+    broker_url: str | None = None
+    #: Key prefix, so several deployments can share one Redis.
+    namespace: str = "agentworker"
+    #: ``package.module:attribute``: an AgentLoader, or a function returning one.
+    agent_loader: str = "agentworker.examples:order_loader"
+    #: Lease length; a heartbeat renews it every third of it while a step runs.
+    lease_seconds: float = Field(default=30.0, gt=0)
+    #: How often beat runs the sweeper.
+    sweep_interval: float = Field(default=1.0, gt=0)
+    #: A READY turn untouched this long is presumed to have lost its wake-up.
+    lost_wakeup_seconds: float = Field(default=10.0, gt=0)
+    #: Hard time limit of one step task; a step that runs longer is killed.
+    step_time_limit: float = Field(default=300.0, gt=0)
+    #: Redis-broker visibility timeout; must exceed the step time limit.
+    visibility_timeout: float = Field(default=3600.0, gt=0)
+    step_queue: str = "agentworker.steps"
+    sweep_queue: str = "agentworker.sweep"
+
+    @model_validator(mode="after")
+    def _limits_in_order(self) -> Settings:
+        if not self.step_time_limit < self.visibility_timeout:
+            raise ValueError(
+                "step_time_limit must be below visibility_timeout, or the broker "
+                "redelivers steps that are still running"
+            )
+        return self
+
+    @property
+    def broker(self) -> str:
+        """The broker URL actually used."""
+        return self.broker_url or self.redis_url
+
+    def load_agent_loader(self) -> AgentLoader:
+        """Import the configured loader (an instance, or a callable returning one)."""
+        return import_loader(self.agent_loader)
+
+
+def import_loader(path: str) -> AgentLoader:
+    """Resolve ``package.module:attribute`` to an AgentLoader."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(
+            f"AGENTWORKER_AGENT_LOADER={path!r}: expected 'package.module:attribute'"
+        )
+    try:
+        target: Any = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"AGENTWORKER_AGENT_LOADER={path!r}: {exc}") from exc
+    loader = target if hasattr(target, "load") else target()
+    if not hasattr(loader, "load"):
+        raise ConfigurationError(f"AGENTWORKER_AGENT_LOADER={path!r} is not an AgentLoader")
+    return loader  # type: ignore[no-any-return]
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))

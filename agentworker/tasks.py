@@ -1,0 +1,34 @@
+"""The Celery tasks: ``agentworker.step_turn`` and ``agentworker.sweep``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+
+from agentworker.runtime import process_runner, worker_id
+from agentworker.settings import Settings
+from agentworker.stepping import step_once, sweep_once
+
+log = logging.getLogger("agentworker.tasks")
+
+
+def register(app: Celery) -> None:
+    """Register the tasks on ``app``."""
+
+    @app.task(name="agentworker.step_turn", ignore_result=True)
+    def step_turn(turn_id: str) -> str:
+        """One step of one turn (the message is only a wake-up)."""
+        if not isinstance(turn_id, str) or not turn_id:
+            log.error("step_turn called with %r: acked and dropped", turn_id)
+            return "bad-argument"
+        return step_once(process_runner(app), turn_id, worker_id())
+
+    @app.task(name="agentworker.sweep", ignore_result=True)
+    def sweep() -> dict[str, Any]:
+        """Wake what should be running; run by beat every ``sweep_interval``."""
+        report = sweep_once(process_runner(app), Settings().lost_wakeup_seconds)
+        if report.due or report.lost or report.repaired:
+            log.info("sweep woke %s", report)
+        return {"due": report.due, "lost": report.lost, "repaired": report.repaired}
