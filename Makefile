@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench chaos check clean help
+.PHONY: demo test lint typecheck bench chaos check clean help redis-check
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -18,8 +18,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## Run the offline demo: one order-support turn, printed as it happens
 	@$(PY) -m agentworker.demo
 
-test: $(STAMP)  ## Run the test suite (unit, contract, e2e; not chaos or bench)
+test: $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e; not chaos or bench)
 	@$(PY) -m pytest
+
+redis-check:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "redis-server is missing; the Redis and end-to-end tests start their own."; \
+	  echo "Install it: apt-get install redis-server (Debian/Ubuntu), brew install redis (macOS)."; \
+	  exit 1; }
+
 
 lint: $(STAMP)  ## ruff
 	@$(VENV)/bin/ruff check .

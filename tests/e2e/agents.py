@@ -1,0 +1,148 @@
+"""Agents for the end-to-end tests; workers load them via AGENTWORKER_AGENT_LOADER.
+
+Side effects are recorded in Redis (the test's own server) so the test process can check
+that no tool ran twice for one idempotency key, whichever worker ran it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+
+from runner_core import (
+    Agent,
+    AgentPlanningPolicy,
+    AgentToolContext,
+    AiMessage,
+    FunctionModel,
+    InMemoryAgentLoader,
+    ModelError,
+    ModelRequest,
+    ToolCall,
+    ToolMessage,
+    tool,
+)
+
+PREFIX = "e2e:"
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["AGENTWORKER_REDIS_URL"])
+
+
+def executions(client: redis.Redis) -> dict[str, int]:
+    """Idempotency key -> how many times a recorded tool ran with it."""
+    keys = client.keys(PREFIX + "exec:*")
+    return {k.decode()[len(PREFIX) + 5 :]: int(client.get(k) or 0) for k in keys}
+
+
+def _record() -> None:
+    _redis().incr(PREFIX + "exec:" + AgentToolContext.current().idempotency_key)
+
+
+@tool
+def record(tag: str) -> str:
+    """Record a side effect."""
+    _record()
+    return f"recorded {tag}"
+
+
+@tool
+def slow_record(tag: str, seconds: float) -> str:
+    """Record a side effect after a while (a worker can be killed meanwhile)."""
+    _redis().set(PREFIX + "slow-started:" + AgentToolContext.current().turn_id, "1")
+    time.sleep(seconds)
+    _record()
+    return f"recorded {tag}"
+
+
+@tool(requires_approval=True)
+def pay(amount: float) -> str:
+    """Pay (needs approval)."""
+    _record()
+    return f"paid {amount}"
+
+
+@tool
+def ask_address() -> str:
+    """Ask the user for an address."""
+    data = AgentToolContext.current().request_user_input("address?")
+    _record()
+    return f"shipping to {json.dumps(data)}"
+
+
+def _tool_results(request: ModelRequest) -> list[ToolMessage]:
+    return [m for m in request.messages if isinstance(m, ToolMessage)]
+
+
+def _script(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
+    """A model that makes ``calls`` one per response, then answers with the results."""
+
+    def fn(request: ModelRequest) -> AiMessage:
+        done = len(_tool_results(request))
+        if done < len(calls):
+            name, args = calls[done]
+            return AiMessage(tool_calls=[ToolCall(id=f"c{done}", name=name, arguments=args)])
+        return AiMessage("done: " + " | ".join(m.content for m in _tool_results(request)))
+
+    return FunctionModel(fn)
+
+
+def _flaky(request: ModelRequest) -> AiMessage:
+    """Fails twice per turn (counted in Redis, so across workers), then answers."""
+    first = request.messages[1] if request.messages[0].role == "system" else request.messages[0]
+    n = _redis().incr(PREFIX + "flaky:" + first.id)
+    if n <= 2:
+        raise ModelError(f"overloaded (attempt {n})", retryable=True)
+    return AiMessage(f"worked after {n - 1} failures")
+
+
+def _planner(request: ModelRequest) -> AiMessage:
+    if not _tool_results(request):
+        tasks = [
+            {"id": f"t{i}", "description": f"part {i}", "agent": "e2e-child"} for i in range(3)
+        ]
+        return AiMessage(
+            tool_calls=[
+                ToolCall(
+                    id="plan",
+                    name="create_task_plan",
+                    arguments={"goal": "three parts", "tasks": tasks},
+                )
+            ]
+        )
+    plan = json.loads(_tool_results(request)[-1].content)
+    return AiMessage("parts: " + ", ".join(t["status"] for t in plan["tasks"]))
+
+
+def agents() -> list[Agent]:
+    """Every e2e agent."""
+    return [
+        Agent(
+            "e2e-tools", _script(("record", {"tag": "a"}), ("record", {"tag": "b"})), tools=[record]
+        ),
+        Agent("e2e-approval", _script(("pay", {"amount": 5.0})), tools=[pay]),
+        Agent("e2e-form", _script(("ask_address", {})), tools=[ask_address]),
+        Agent("e2e-flaky", FunctionModel(_flaky)),
+        Agent(
+            "e2e-parent",
+            FunctionModel(_planner),
+            sub_agents=["e2e-child"],
+            planning=AgentPlanningPolicy(max_tasks=5),
+        ),
+        Agent("e2e-child", _script(("record", {"tag": "child"})), tools=[record]),
+        Agent(
+            "e2e-slow",
+            _script(("slow_record", {"tag": "s", "seconds": 1.5}), ("record", {"tag": "after"})),
+            tools=[slow_record, record],
+        ),
+    ]
+
+
+def loader() -> InMemoryAgentLoader:
+    """The loader workers import."""
+    return InMemoryAgentLoader(agents())
