@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench chaos check clean help redis-check
+.PHONY: demo demo-fleet test lint typecheck bench chaos check clean help redis-check
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -36,7 +36,11 @@ typecheck: $(STAMP)  ## mypy (strict) on runner_core and stores
 
 check: lint typecheck test  ## Everything CI cares about
 
+demo-fleet: $(STAMP) redis-check  ## Two Celery workers + beat on a local Redis run 50 turns
+	@$(PY) -m agentworker.fleet
+
 bench: $(STAMP)  ## Benchmarks (not tests): µs per step, turns/s
+
 	@$(PY) -m benchmarks.step_bench
 
 chaos: $(STAMP)  ## Slow crash and soak tests

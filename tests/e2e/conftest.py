@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fleet import Fleet
-from tests.support.redis_server import RedisServer
+from agentworker.local import Fleet, RedisServer
 
 
 @pytest.fixture(scope="session")

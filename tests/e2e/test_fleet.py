@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from agentworker.celery_app import create_app
+from agentworker.local import Fleet, RedisServer
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
 from runner_core import (
@@ -21,8 +22,6 @@ from runner_core import (
     ToolMessage,
 )
 from tests.e2e.agents import executions
-from tests.support.fleet import Fleet
-from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.e2e
 
