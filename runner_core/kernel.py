@@ -84,6 +84,7 @@ class TurnKernel:
         held = turn.held_lease
         if held is not None:
             held.check()
+            self.control(turn)  # the cancel flag is re-read before side effects here too
             return
         st = turn.state
         control = self.control(turn)
@@ -145,8 +146,11 @@ class TurnKernel:
             self.on_terminal(turn)
 
     def cancellation_reason(self, turn: AgentTurn) -> str:
-        """The caller's reason, else the policy's."""
-        return turn.state.cancel_reason or self.policy(turn).cancellation_reason
+        """The caller's reason (stored by whichever runner asked), else the policy's."""
+        st = turn.state
+        if st.cancel_requested and st.cancel_reason is None:
+            st.cancel_reason = self.store.load(st.id).cancel_reason
+        return st.cancel_reason or self.policy(turn).cancellation_reason
 
 
 def close_history(st: AgentTurnSnapshot, policy: AgentExecutionPolicy, reason: str) -> None:
