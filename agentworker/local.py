@@ -37,11 +37,12 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process owned by the test session."""
 
-    def __init__(self, directory: Path, appendonly: bool = True) -> None:
+    def __init__(self, directory: Path, appendonly: bool = True, fsync: str = "always") -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError(INSTALL_HINT)
         self.directory = directory
         self.appendonly = appendonly
+        self.fsync = fsync
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -68,7 +69,7 @@ class RedisServer:
             "--appendonly",
             "yes" if self.appendonly else "no",
             "--appendfsync",
-            "always",
+            self.fsync,
             "--maxmemory-policy",
             "noeviction",
         ]

@@ -25,6 +25,11 @@ def register(app: Celery) -> None:
             return "bad-argument"
         return step_once(process_runner(app), turn_id, worker_id())
 
+    @app.task(name="agentworker.ping", ignore_result=True)
+    def ping() -> str:
+        """Do nothing: a health check, and the raw-Celery baseline of ``make bench``."""
+        return "pong"
+
     @app.task(name="agentworker.sweep", ignore_result=True)
     def sweep() -> dict[str, Any]:
         """Wake what should be running; run by beat every ``sweep_interval``."""
