@@ -39,7 +39,9 @@ def _model(request: ModelRequest) -> AiMessage:
         if message.role == "tool":
             done += 1
     if done < TOOL_CALLS:
-        return AiMessage(tool_calls=[ToolCall(id=f"c{done}", name="add", arguments={"a": done, "b": 1})])
+        return AiMessage(
+            tool_calls=[ToolCall(id=f"c{done}", name="add", arguments={"a": done, "b": 1})]
+        )
     return AiMessage("done")
 
 
@@ -78,16 +80,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     args = parser.parse_args()
-    print(f"10-tool turn ({TOOL_CALLS + 1} model calls, {TOOL_CALLS} tool calls, 21 steps), "
-          "FunctionModel, in-memory store, no listeners")
+    print(
+        f"10-tool turn ({TOOL_CALLS + 1} model calls, {TOOL_CALLS} tool calls, 21 steps), "
+        "FunctionModel, in-memory store, no listeners"
+    )
     base = None
     for history in (0, 100, 400):
         us, tps = measure(args.turns, history)
         base = base or us
-        print(f"  history {history:>3} messages: {us:7.1f} µs/step  {tps:8.0f} turns/s  "
-              f"({us / base:.2f}x of no history)")
-    print("target: <= 50 µs/step; peers on this workload: LangGraph ~460, "
-          "OpenAI Agents SDK ~660, Pydantic AI ~790 µs/step")
+        print(
+            f"  history {history:>3} messages: {us:7.1f} µs/step  {tps:8.0f} turns/s  "
+            f"({us / base:.2f}x of no history)"
+        )
+    print(
+        "target: <= 50 µs/step; peers on this workload: LangGraph ~460, "
+        "OpenAI Agents SDK ~660, Pydantic AI ~790 µs/step"
+    )
 
 
 if __name__ == "__main__":
