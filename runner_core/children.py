@@ -80,17 +80,22 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
     st, now = turn.state, k.store.now()
     policy = child_policy(k.policy(turn), st, now)
     children: list[AgentTurnSnapshot] = []
+    failed: list[PlanTask] = []
     for task in ready:
+        if task.status is not TaskStatus.PENDING:
+            continue  # skipped meanwhile: a task before it failed under STOP
         try:
             agent = k.loader.load(task.agent_id or "")
         except AgentNotFoundError as exc:
             _settle(plan, task, TaskStatus.FAILED, None, str(exc), planning_policy(turn))
+            failed.append(task)
             continue
         child = _child(st, plan, task, agent.version, policy, now)
         task.status, task.child_turn_id = TaskStatus.RUNNING, child.id
         children.append(child)
     if not children:
         k.save(turn)
+        _emit_failed(k, turn, failed)
         return False
     ids = [c.id for c in children]
     st.status = AgentTurnStatus.WAITING_FOR_CHILD
@@ -102,6 +107,7 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
         metadata={"child_turn_ids": ids},
     )
     k.save(turn, children)
+    _emit_failed(k, turn, failed)
     for child, task in zip(
         children, (t for t in plan.tasks if t.child_turn_id in ids), strict=True
     ):
@@ -117,6 +123,11 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
         child_turn_ids=ids,
     )
     return True
+
+
+def _emit_failed(k: TurnKernel, turn: AgentTurn, failed: list[PlanTask]) -> None:
+    for task in failed:
+        k.emit(turn, E.TASK_FAILED, task_id=task.id, child_turn_id=None, error=task.error)
 
 
 def _child(

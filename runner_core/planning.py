@@ -201,7 +201,20 @@ def build_plan(
         goal, revision = current.goal, current.revision + 1
     tasks = kept + [_task(t, allowed) for t in args.tasks]
     _check_tasks(tasks, policy)
+    _check_reachable(kept, tasks[len(kept) :])
     return TaskPlan(goal=goal, tasks=tasks, call_id=call_id, revision=revision)
+
+
+def _check_reachable(kept: list[PlanTask], new: list[PlanTask]) -> None:
+    # A new task waiting on a kept task that ended without completing could never start.
+    ended = {t.id: t.status for t in kept if t.status in (TaskStatus.FAILED, TaskStatus.CANCELLED)}
+    for t in new:
+        for dep in t.depends_on:
+            if dep in ended:
+                raise PlanError(
+                    f"task {t.id!r} depends on task {dep!r}, which is "
+                    f"{ended[dep].value} and will never complete"
+                )
 
 
 def _task(arg: _TaskArg, allowed: frozenset[str]) -> PlanTask:

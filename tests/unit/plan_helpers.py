@@ -240,9 +240,7 @@ class EventLog:
         ]
 
     def index(self, type: AgentEventType, turn_id: str, nth: int = 0) -> int:
-        hits = [
-            i for i, e in enumerate(self.events) if e.type is type and e.turn_id == turn_id
-        ]
+        hits = [i for i, e in enumerate(self.events) if e.type is type and e.turn_id == turn_id]
         return hits[nth]
 
 

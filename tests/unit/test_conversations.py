@@ -341,7 +341,9 @@ def child_turn(runner: AgentRunner) -> AgentTurn:
         """Publish."""
         return "published"
 
-    worker = Agent("worker", Scripted(ask(ToolCall(id="w1", name="publish"))).model, tools=[publish])
+    worker = Agent(
+        "worker", Scripted(ask(ToolCall(id="w1", name="publish"))).model, tools=[publish]
+    )
     runner.loader.register(worker)  # type: ignore[attr-defined]
     return runner.run(planner(Scripted(create(task("t1")))), "q", conversation_id="c")
 
@@ -425,9 +427,12 @@ def test_a_cancelled_turns_history_is_closed_before_the_next_turn() -> None:
     cancelled = runner.cancel(first.id, reason="customer left")
 
     assert cancelled.status is AgentTurnStatus.CANCELLED
-    assert labels(memory.messages) == ["user:q", "ai:r1", "tool:r1", "ai:" + (
-        "The previous turn ended before completion: customer left"
-    )]
+    assert labels(memory.messages) == [
+        "user:q",
+        "ai:r1",
+        "tool:r1",
+        "ai:" + ("The previous turn ended before completion: customer left"),
+    ]
     closing_tool = memory.messages[2]
     assert isinstance(closing_tool, ToolMessage) and closing_tool.is_error
     assert closing_tool.content == "Tool call was not completed: customer left"

@@ -279,9 +279,7 @@ def test_the_policy_allow_list_replaces_sub_agents() -> None:
         "done",
     )
 
-    root = world.runner().run(
-        planner(model, subs=("worker",), allowed_agents=("analyst",)), "go"
-    )
+    root = world.runner().run(planner(model, subs=("worker",), allowed_agents=("analyst",)), "go")
 
     assert root.status is AgentTurnStatus.COMPLETED
     assert workers.order == [] and analysts.order == ["t1"]
@@ -437,7 +435,12 @@ def test_an_update_after_results_keeps_finished_tasks_and_adds_new_ones() -> Non
     assert plan.tasks[0].child_turn_id == children[0] and len(children) == 4
     second = plan_answer(model.requests[2].messages, "u1")
     assert second["revision"] == 1
-    assert statuses(second) == {"t1": "COMPLETED", "t2": "FAILED", "t4": "COMPLETED", "t5": "COMPLETED"}
+    assert statuses(second) == {
+        "t1": "COMPLETED",
+        "t2": "FAILED",
+        "t4": "COMPLETED",
+        "t5": "COMPLETED",
+    }
     [updated] = world.log.of(E.PLAN_UPDATED, root.id)
     assert [t["id"] for t in updated.data["plan"]["tasks"]] == ["t1", "t2", "t4", "t5"]
 
@@ -456,6 +459,33 @@ def test_an_update_may_not_reuse_a_kept_task_id() -> None:
 
     assert root.status is AgentTurnStatus.COMPLETED
     assert workers.order == ["t1"]
+
+
+def test_an_update_may_not_wait_on_a_task_that_failed() -> None:
+    world = World()
+    workers = Workers(fail={"t1"})
+    world.register(workers.agent())
+    model = Scripted(
+        create(task("t1")),
+        update(task("t2", deps=["t1"]), call_id="u1"),
+        _fix_after(
+            "depends on task 't1', which is FAILED",
+            update(task("t3"), call_id="u2"),
+        ),
+        "done",
+    )
+
+    root = world.runner().run(planner(model, failure_strategy=FailureStrategy.CONTINUE), "go")
+
+    assert root.status is AgentTurnStatus.COMPLETED
+    assert workers.order == ["t1", "t3"]
+    plan = root.task_plan
+    assert plan is not None and plan.call_id == "u2" and plan.revision == 1
+    # no task of the finished plan is left waiting forever
+    assert [(t.id, t.status) for t in plan.tasks] == [
+        ("t1", TaskStatus.FAILED),
+        ("t3", TaskStatus.COMPLETED),
+    ]
 
 
 # -- results ---------------------------------------------------------------------------------
