@@ -78,7 +78,7 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
     if not ready:
         return False
     st, now = turn.state, k.store.now()
-    policy = child_policy(k.policy(turn), st, now)
+    policy = child_policy(k.policy(turn), st, now, share=len(ready))
     children: list[AgentTurnSnapshot] = []
     failed: list[PlanTask] = []
     for task in ready:
@@ -156,13 +156,17 @@ def _child(
 
 
 def child_policy(
-    policy: AgentExecutionPolicy, st: AgentTurnSnapshot, now: float
+    policy: AgentExecutionPolicy, st: AgentTurnSnapshot, now: float, share: int = 1
 ) -> AgentExecutionPolicy:
-    """The parent's policy with what is left of its budget: a root's budget bounds its tree."""
+    """The parent's policy with an equal ``share`` of what is left of its budget.
+
+    Children started together split the remaining tokens and tool calls, so a root's
+    budget bounds its whole tree even when they run in parallel; time is shared.
+    """
     b, u = policy.budget, st.usage
 
     def left(limit: int | None, used: int) -> int | None:
-        return None if limit is None else max(0, limit - used)
+        return None if limit is None else max(0, limit - used) // max(1, share)
 
     duration = b.max_duration_seconds
     budget = AgentBudget(

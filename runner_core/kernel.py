@@ -11,6 +11,7 @@ from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType, EventBus
 from runner_core.messages import AiMessage, ToolMessage
 from runner_core.middleware import Middleware
+from runner_core.planning import TaskStatus
 from runner_core.policy import AgentExecutionPolicy
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo
 from runner_core.status import AgentTurnStatus
@@ -129,6 +130,7 @@ class TurnKernel:
         if status is not AgentTurnStatus.COMPLETED:
             reason = reason or status.value.lower()
             close_history(st, self.policy(turn), reason)
+            close_plan(st, reason)
             st.terminal_reason = reason
             if error is not None:
                 st.error = ErrorInfo.of(error)
@@ -169,6 +171,17 @@ def close_history(st: AgentTurnSnapshot, policy: AgentExecutionPolicy, reason: s
     st.pending_tool_calls = []
     text = _fill(policy.interrupted_turn_message_template, reason=reason, turnId=st.id)
     st.messages.append(AiMessage(text))
+
+
+def close_plan(st: AgentTurnSnapshot, reason: str) -> None:
+    """An abnormal end also ends the plan: running tasks are cancelled, pending skipped."""
+    if st.task_plan is None:
+        return
+    for task in st.task_plan.tasks:
+        if task.status is TaskStatus.RUNNING:
+            task.status, task.error = TaskStatus.CANCELLED, reason
+        elif task.status is TaskStatus.PENDING:
+            task.status, task.error = TaskStatus.SKIPPED, reason
 
 
 def _fill(template: str, **values: str) -> str:

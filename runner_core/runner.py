@@ -71,6 +71,7 @@ class AgentRunner:
             on_terminal=self._child_ended,
         )
         self._keeper = LeaseKeeper()
+        self._inline: set[str] = set()
 
     # -- creating -----------------------------------------------------------------------
     def run(
@@ -176,10 +177,14 @@ class AgentRunner:
 
     def _run_children(self, parent: AgentTurn) -> bool:
         """Run the awaited children one after the other; True if the parent can go on."""
-        for child_id in waiting_child_ids(parent.state):
-            child = self.restore(child_id)
-            if not child.status.is_terminal:
-                self.run_until_blocked(child)
+        self._inline.add(parent.id)
+        try:
+            for child_id in waiting_child_ids(parent.state):
+                child = self.restore(child_id)
+                if not child.status.is_terminal:
+                    self.run_until_blocked(child)
+        finally:
+            self._inline.discard(parent.id)
         parent.state = self.store.load(parent.id)
         return parent.status is not AgentTurnStatus.WAITING_FOR_CHILD
 
@@ -195,9 +200,10 @@ class AgentRunner:
         """Apply a resume command, then run until the turn blocks or ends."""
         target = self._apply_resume(turn_id, command)
         self.run_until_blocked(target)
-        if target.id == turn_id:
-            return target
-        return self.run_until_blocked(self.restore(turn_id))
+        if target.id != target.root_turn_id and target.status.is_terminal:
+            # the tree goes on in this call, as it would had the root been resumed
+            self.run_until_blocked(self.restore(target.root_turn_id))
+        return target if target.id == turn_id else self.restore(turn_id)
 
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
@@ -372,7 +378,8 @@ class AgentRunner:
         parent_id = turn.state.parent_turn_id
         if parent_id is None:
             return
-        if self._complete_child(parent_id, turn.id) and turn.held_lease is not None:
+        # a parent run inline by this runner goes on by itself; any other is dispatched
+        if self._complete_child(parent_id, turn.id) and parent_id not in self._inline:
             self._dispatch(parent_id)
 
     def _complete_child(self, parent_id: str, child_id: str) -> bool:

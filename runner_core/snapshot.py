@@ -134,15 +134,14 @@ class AgentTurnSnapshot(BaseModel):
                 "rejected_calls": dict(self.rejected_calls),
                 "submitted_inputs": _deep_json_copy(self.submitted_inputs),
                 "resume_log": [_deep_json_copy(entry) for entry in self.resume_log],
-                "suspension": _copy_suspension(self.suspension),
+                "suspension": copy_suspension(self.suspension),
                 "task_plan": self.task_plan.model_copy(deep=True) if self.task_plan else None,
             }
         )
 
 
-def _copy_suspension(s: Suspension | None) -> Suspension | None:
-    # its metadata may hold a pending call's arguments: a shared dict would let a copy's
-    # change reach the stored turn and the arguments the tool runs with
+def copy_suspension(s: Suspension | None) -> Suspension | None:
+    """A copy whose metadata (a pending call's arguments, child ids) is not shared."""
     if s is None or not s.metadata:
         return s
     return s.model_copy(update={"metadata": _deep_json_copy(s.metadata)})

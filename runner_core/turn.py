@@ -11,7 +11,7 @@ from runner_core.errors import RestoredError
 from runner_core.messages import Message, SystemMessage, ToolCall, ToolMessage
 from runner_core.models.base import ModelResponse, Usage
 from runner_core.planning import TaskPlan, TaskStatus
-from runner_core.snapshot import AgentTurnSnapshot, Suspension
+from runner_core.snapshot import AgentTurnSnapshot, Suspension, copy_suspension
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 
 if TYPE_CHECKING:
@@ -95,8 +95,8 @@ class AgentTurn:
 
     @property
     def suspension(self) -> Suspension | None:
-        """What a blocked turn waits for."""
-        return self.state.suspension
+        """What a blocked turn waits for (a copy)."""
+        return copy_suspension(self.state.suspension)
 
     @property
     def next_runnable_at(self) -> float | None:
@@ -184,7 +184,8 @@ class AgentTurn:
             return None
         tasks = tuple(MappingProxyType(t.model_dump(mode="json")) for t in plan.tasks)
         completed = sum(1 for t in plan.tasks if t.status is TaskStatus.COMPLETED)
-        return TaskProgress(plan.goal, completed, len(plan.tasks), tasks, self.state.suspension)
+        suspension = copy_suspension(self.state.suspension)
+        return TaskProgress(plan.goal, completed, len(plan.tasks), tasks, suspension)
 
     def to_snapshot(self) -> AgentTurnSnapshot:
         """An isolated copy of the persistent state."""
