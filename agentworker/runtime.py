@@ -10,6 +10,7 @@ import threading
 from celery import Celery
 
 from agentworker.dispatch import CeleryDispatcher
+from agentworker.eventstream import RedisEventBridge, bridge_client
 from agentworker.settings import Settings
 from runner_core import AgentExecutionPolicy, AgentRunner
 
@@ -32,12 +33,20 @@ def make_runner(settings: Settings | None = None, app: Celery | None = None) -> 
 
         app = default_app
     store = RedisAgentTurnStore(settings.redis_url, namespace=settings.namespace)
-    return AgentRunner(
+    runner = AgentRunner(
         turn_store=store,
         agent_loader=settings.load_agent_loader(),
         policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
         dispatcher=CeleryDispatcher(app, settings.step_queue),
     )
+    if settings.events_enabled:
+        runner.add_event_listener(event_bridge(settings))
+    return runner
+
+
+def event_bridge(settings: Settings) -> RedisEventBridge:
+    """The listener that streams every event to Redis (best effort, fails fast)."""
+    return RedisEventBridge(bridge_client(settings.redis_url), settings.namespace)
 
 
 def process_runner(app: Celery) -> AgentRunner:

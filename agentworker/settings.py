@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runner_core import AgentLoader, ConfigurationError
@@ -15,7 +15,9 @@ from runner_core import AgentLoader, ConfigurationError
 class Settings(BaseSettings):
     """Everything a worker, the sweeper and a producer need to agree on."""
 
-    model_config = SettingsConfigDict(env_prefix="AGENTWORKER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTWORKER_", extra="ignore", populate_by_name=True
+    )
 
     #: The Redis holding the turns (the single source of truth).
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -37,6 +39,14 @@ class Settings(BaseSettings):
     visibility_timeout: float = Field(default=3600.0, gt=0)
     step_queue: str = "agentworker.steps"
     sweep_queue: str = "agentworker.sweep"
+    #: Append every event to a Redis Stream per turn tree (``AGENTWORKER_EVENTS``).
+    events_enabled: bool = Field(default=True, validation_alias="AGENTWORKER_EVENTS")
+    #: HMAC-SHA256 secret of signed calls to the HTTP API (webhooks).
+    webhook_secret: SecretStr | None = None
+    #: Bearer token of the HTTP API: required for reads, an alternative to signing.
+    api_token: SecretStr | None = None
+    #: How far a signed call's timestamp may be from the server's clock, in seconds.
+    webhook_window_seconds: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
