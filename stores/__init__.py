@@ -1,0 +1,13 @@
+"""Turn stores: the in-memory default and the Redis store Celery workers share."""
+
+from __future__ import annotations
+
+from runner_core.memory_store import InMemoryAgentTurnStore
+from stores.redis import RedisAgentTurnStore, StoreUnavailableError, TurnSummary
+
+__all__ = [
+    "InMemoryAgentTurnStore",
+    "RedisAgentTurnStore",
+    "StoreUnavailableError",
+    "TurnSummary",
+]

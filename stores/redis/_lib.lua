@@ -1,0 +1,169 @@
+-- _lib.lua: helpers shared by the write and claim scripts. Not a script on its own:
+-- scripts.py prepends `local SCHEMA = '<record version>'` and this file to the scripts
+-- that use it, so each script stays one atomic EVALSHA.
+--
+-- Conventions: every number a script stores arrives as a string from Python (exact
+-- floats, no Lua %.14g rounding); the server clock comes from TIME as an exact string;
+-- replies start with a code: OK, NO, NOT_FOUND, CONFLICT, BUSY, MISMATCH, REWRITTEN,
+-- CORRUPT.
+
+local TERMINAL = {
+  COMPLETED = true, FAILED = true, CANCELLED = true,
+  MAX_ITERATIONS_REACHED = true, MAX_STEPS_REACHED = true, BUDGET_EXCEEDED = true,
+}
+
+-- The server clock, seconds since the epoch, as an exact decimal string.
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+end
+
+local FIELDS = {'sv', 'v', 'st', 'cx', 'cr', 'lo', 'lid', 'lu', 'nra', 'rid', 'n', 'last',
+                'par', 'crid', 'rrid'}
+
+-- The control fields of a stored turn; nil and an error reply if absent or unreadable.
+local function read(key, id)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return nil, {'NOT_FOUND', id} end
+  if kind ~= 'hash' then return nil, {'CORRUPT', id, 'header is a ' .. kind} end
+  local values = redis.call('HMGET', key, unpack(FIELDS))
+  local f = {}
+  for i, name in ipairs(FIELDS) do f[name] = values[i] or '' end
+  if f.sv ~= SCHEMA then return nil, {'CORRUPT', id, 'unknown record version ' .. f.sv} end
+  f.version = tonumber(f.v)
+  if not f.version or f.st == '' or not tonumber(f.n) then
+    return nil, {'CORRUPT', id, 'header lacks version, status or count'}
+  end
+  return f
+end
+
+-- Since when a turn is runnable (its score in the runnable index), or nil if it is not.
+local function runnable_since(st, cx, nra, lu, now)
+  if TERMINAL[st] then return nil end
+  local since
+  if cx == '1' or st == 'READY' or st == 'RUNNING' then
+    since = now
+  elseif st == 'RETRY_SCHEDULED' then
+    since = (nra ~= '' and nra) or now
+  else
+    return nil
+  end
+  if lu ~= '' and tonumber(lu) > tonumber(since) then since = lu end
+  return since
+end
+
+-- Put a turn where its state says in the runnable index.
+local function place(runnable, id, st, cx, nra, lu, now)
+  local since = runnable_since(st, cx, nra, lu, now)
+  if since then
+    redis.call('ZADD', runnable, since, id)
+  else
+    redis.call('ZREM', runnable, id)
+  end
+end
+
+-- KEYS[1..6]: the tag's runnable, live, ended, waits, leases and conversation keys.
+local function tag_keys()
+  return {runnable = KEYS[1], live = KEYS[2], ended = KEYS[3], waits = KEYS[4],
+          leases = KEYS[5], conv = KEYS[6]}
+end
+
+-- A turn block in ARGV starting at i: these fields, then k message documents.
+local BLOCK = {'id', 'exp', 'body', 'st', 'nra', 'cx', 'cr', 'bn', 'blast', 'nlast', 'wait',
+               'ua', 'ca', 'par', 'root', 'conv', 'agent', 'k'}
+
+local function block(i)
+  local b = {}
+  for j, name in ipairs(BLOCK) do b[name] = ARGV[i + j - 1] end
+  b.k = tonumber(b.k)
+  b.first = i + #BLOCK
+  b.next = b.first + b.k
+  return b
+end
+
+-- Checks for an update; returns the stored fields (and true for a replayed save).
+local function check_update(hkey, b, rid)
+  local f, err = read(hkey, b.id)
+  if not f then return nil, err end
+  local expected = tonumber(b.exp)
+  if f.version ~= expected then
+    if f.rid == rid and f.version == expected + 1 then return f, nil, true end
+    return nil, {'CONFLICT', b.id, b.exp, f.v}
+  end
+  if tonumber(f.n) ~= tonumber(b.bn) then return nil, {'MISMATCH', b.id, f.n, f.last} end
+  if f.last ~= b.blast then return nil, {'REWRITTEN', b.id, f.n, f.last} end
+  return f
+end
+
+-- Checks for a creation, incl. the busy check of a conversation root.
+local function check_create(T, hkey, b, rid)
+  if redis.call('EXISTS', hkey) == 1 then
+    local f, err = read(hkey, b.id)
+    if not f then return nil, err end
+    if f.rid == rid and f.version == 0 then return f, nil, true end
+    return nil, {'CONFLICT', b.id, '-1', f.v}
+  end
+  if b.conv ~= '' then
+    local active = redis.call('HMGET', T.conv, 'turn', 'st')
+    if active[1] and active[2] and not TERMINAL[active[2]] then
+      return nil, {'BUSY', active[1], active[2]}
+    end
+  end
+  return {}
+end
+
+local function falsy(json_text)
+  return json_text == '' or json_text == 'null' or json_text == '""'
+end
+
+-- Index a written turn: runnable, live/ended, waits, conversation marker.
+local function index(T, b, cx, lu, now)
+  if TERMINAL[b.st] then
+    redis.call('ZREM', T.runnable, b.id)
+    redis.call('ZREM', T.live, b.id)
+    redis.call('HDEL', T.waits, b.id)
+    redis.call('ZADD', T.ended, 'NX', now, b.id)
+    if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
+      redis.call('DEL', T.conv)
+    end
+    return
+  end
+  place(T.runnable, b.id, b.st, cx, b.nra, lu, now)
+  if b.wait ~= '' then
+    redis.call('HSET', T.waits, b.id, b.wait)
+  else
+    redis.call('HDEL', T.waits, b.id)
+  end
+  if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
+    redis.call('HSET', T.conv, 'st', b.st)
+  end
+end
+
+-- Write a checked block: prev is the stored fields, or nil to create.
+-- The store owns lease and cancel flag: a save keeps the lease and ORs the flag.
+local function write(T, keys, b, prev, rid, now)
+  local hkey, mkey, kkey = keys[1], keys[2], keys[3]
+  local v, cx, cr, lu = 0, b.cx, b.cr, ''
+  if prev then
+    v = prev.version + 1
+    if prev.cx == '1' then cx = '1' end
+    if not falsy(prev.cr) then cr = prev.cr end
+    lu = prev.lu
+  end
+  redis.call('HSET', hkey, 'v', v, 'st', b.st, 'body', b.body, 'nra', b.nra, 'cx', cx,
+             'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid, 'ua', b.ua)
+  if not prev then
+    redis.call('HSET', hkey, 'sv', SCHEMA, 'ca', b.ca, 'par', b.par, 'root', b.root,
+               'conv', b.conv, 'agent', b.agent)
+    if not TERMINAL[b.st] then redis.call('ZADD', T.live, b.ca, b.id) end
+    if b.par ~= '' then redis.call('RPUSH', kkey, b.id) end
+    if b.conv ~= '' and not TERMINAL[b.st] then
+      redis.call('HSET', T.conv, 'turn', b.id, 'st', b.st)
+    end
+  end
+  for i = b.first, b.next - 1, 1000 do
+    redis.call('RPUSH', mkey, unpack(ARGV, i, math.min(i + 999, b.next - 1)))
+  end
+  index(T, b, cx, lu, now)
+  return v, cx
+end

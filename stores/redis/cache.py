@@ -1,0 +1,54 @@
+"""What this process knows about turns it touched: tags, stored counts, stored messages."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from runner_core.messages import Message
+
+
+@dataclass(slots=True)
+class Known:
+    """One turn as far as this process knows.
+
+    ``tag`` never changes. ``stored``/``last_id`` are a guess the save script verifies.
+    ``messages`` is a prefix of the stored, append-only message list (never a caller's
+    copy), so a load or claim fetches only what follows it.
+    """
+
+    tag: str
+    stored: int = -1
+    last_id: str = ""
+    messages: tuple[Message, ...] | None = None
+
+
+class TurnCache:
+    """A thread-safe LRU of ``Known`` entries."""
+
+    def __init__(self, size: int) -> None:
+        self._size = max(1, size)
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Known] = OrderedDict()
+
+    def get(self, turn_id: str) -> Known | None:
+        """The entry, if any (marks it recently used)."""
+        with self._lock:
+            known = self._entries.get(turn_id)
+            if known is not None:
+                self._entries.move_to_end(turn_id)
+            return known
+
+    def put(self, turn_id: str, known: Known) -> None:
+        """Add or replace an entry."""
+        with self._lock:
+            self._entries[turn_id] = known
+            self._entries.move_to_end(turn_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def forget(self, turn_id: str) -> None:
+        """Drop an entry (the turn was expired)."""
+        with self._lock:
+            self._entries.pop(turn_id, None)

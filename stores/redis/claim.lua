@@ -1,0 +1,47 @@
+-- claim.lua: lease one turn if the claim rule allows it; bumps the version (the fencing
+-- token) and writes a fresh lease id. Uses _lib.lua.
+--
+-- KEYS[1]  ns:{T}:h:<id>      header
+-- KEYS[2]  ns:{T}:m:<id>      messages
+-- KEYS[3]  ns:{T}:runnable    runnable index of the tag
+-- KEYS[4]  ns:{T}:leases      lease expiries of the tag (the parent's is read here)
+--
+-- ARGV[1]  turn id
+-- ARGV[2]  worker id
+-- ARGV[3]  the new lease id (random, made by the caller; a replay with it answers OK)
+-- ARGV[4]  now (the caller's reading of the store clock)
+-- ARGV[5]  lease until (now + lease length)
+-- ARGV[6]  how many messages the caller already has (they are not sent again)
+--
+-- Rule: not terminal; no live lease; the parent holds no live lease; then cancellation
+-- requested, READY, RUNNING, or RETRY_SCHEDULED with next_runnable_at <= now.
+-- Returns {'OK', header fields (flat), messages after ARGV[6]} | {'NO'} |
+--         {'NOT_FOUND', id} | {'CORRUPT', id, why}
+local id, worker, lease_id = ARGV[1], ARGV[2], ARGV[3]
+local f, err = read(KEYS[1], id)
+if not f then return err end
+local now = tonumber(ARGV[4])
+
+local function reply()
+  return {'OK', redis.call('HGETALL', KEYS[1]),
+          redis.call('LRANGE', KEYS[2], tonumber(ARGV[6]), -1)}
+end
+
+if f.lo == worker and f.lid == lease_id then return reply() end
+if TERMINAL[f.st] then return {'NO'} end
+if f.lu ~= '' and tonumber(f.lu) > now then return {'NO'} end
+if f.par ~= '' then
+  local parent_until = redis.call('HGET', KEYS[4], f.par)
+  if parent_until and tonumber(parent_until) > now then return {'NO'} end
+end
+local due = f.st == 'RETRY_SCHEDULED' and (f.nra == '' or tonumber(f.nra) <= now)
+if not (f.cx == '1' or f.st == 'READY' or f.st == 'RUNNING' or due) then return {'NO'} end
+local parsed, doc = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'body') or '')
+if not parsed or type(doc) ~= 'table' or tostring(doc.schema_version) ~= SCHEMA then
+  return {'CORRUPT', id, 'body is not a snapshot of schema ' .. SCHEMA}
+end
+
+redis.call('HSET', KEYS[1], 'lo', worker, 'lid', lease_id, 'lu', ARGV[5], 'v', f.version + 1)
+redis.call('HSET', KEYS[4], id, ARGV[5])
+place(KEYS[3], id, f.st, f.cx, f.nra, ARGV[5], clock())
+return reply()

@@ -1,0 +1,152 @@
+"""Snapshots to script arguments and back: JSON only, schema-versioned, exact floats."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from runner_core.errors import SnapshotCorruptedError
+from runner_core.messages import MESSAGE, Message
+from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo, load_snapshot
+from runner_core.status import AgentTurnStatus
+from runner_core.store import waiting_child_ids
+
+Fields = Mapping[str, str]
+Arg = str | bytes
+
+#: Snapshot fields the header ``body`` leaves out: the store keeps them apart.
+STORE_OWNED = {"messages", "version", "lease", "cancel_requested", "cancel_reason"}
+
+#: Header fields an operator listing reads (HMGET order of ``TurnSummary.of``).
+SUMMARY_FIELDS = ("st", "agent", "root", "par", "conv", "v", "ca", "ua", "lo", "lu", "cx")
+
+
+def text(value: Any) -> str:
+    """A reply element as ``str`` (clients may or may not decode responses)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+def fields_of(flat: Sequence[Any]) -> dict[str, str]:
+    """An HGETALL reply (flat name, value list) as a dict; ``body`` stays as returned."""
+    out: dict[str, str] = {}
+    for i in range(0, len(flat), 2):
+        name = text(flat[i])
+        out[name] = flat[i + 1] if name == "body" else text(flat[i + 1])
+    return out
+
+
+def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
+    """The ARGV block of one turn (see ``_lib.lua``), sending messages after ``stored``."""
+    msgs = s.messages
+    new = msgs[stored:]
+    wait = waiting_child_ids(s)
+    root = s.parent_turn_id is None
+    return [
+        s.id,
+        str(expected),
+        s.model_dump_json(exclude=STORE_OWNED),
+        s.status.value,
+        "" if s.next_runnable_at is None else repr(float(s.next_runnable_at)),
+        "1" if s.cancel_requested else "0",
+        json.dumps(s.cancel_reason),
+        str(stored),
+        msgs[stored - 1].id if stored else "",
+        msgs[-1].id if msgs else "",
+        json.dumps(wait) if wait else "",
+        repr(float(s.updated_at)),
+        repr(float(s.created_at)),
+        s.parent_turn_id or "",
+        s.root_turn_id,
+        (s.conversation_id or "") if root else "",
+        s.agent_id,
+        str(len(new)),
+        *(MESSAGE.dump_json(m) for m in new),
+    ]
+
+
+def snapshot_of(
+    turn_id: str, fields: Mapping[str, Any], messages: list[Message]
+) -> AgentTurnSnapshot:
+    """A snapshot from header fields and decoded messages; ``SnapshotCorruptedError`` if bad."""
+    body = fields.get("body")
+    if body is None:
+        raise SnapshotCorruptedError(turn_id, "header has no body")
+    snapshot = load_snapshot(body, turn_id)
+    try:
+        snapshot.version = int(fields["v"])
+        snapshot.cancel_requested = fields.get("cx") == "1"
+        reason = json.loads(fields.get("cr") or "null")
+    except (KeyError, ValueError) as exc:
+        raise SnapshotCorruptedError(turn_id, f"bad control fields ({exc})") from exc
+    snapshot.cancel_reason = reason if isinstance(reason, str) else None
+    snapshot.lease = lease_of(turn_id, fields)
+    snapshot.messages = messages
+    return snapshot
+
+
+def lease_of(turn_id: str, fields: Mapping[str, Any]) -> LeaseInfo | None:
+    """The stored lease, if any."""
+    owner = fields.get("lo")
+    if not owner:
+        return None
+    try:
+        return LeaseInfo(owner=owner, lease_id=fields["lid"], until=float(fields["lu"]))
+    except (KeyError, ValueError) as exc:
+        raise SnapshotCorruptedError(turn_id, f"bad lease ({exc})") from exc
+
+
+def messages_of(turn_id: str, raw: Sequence[Any], offset: int = 0) -> list[Message]:
+    """Decode message documents; ``offset`` is the index of the first one (for errors)."""
+    out: list[Message] = []
+    for i, doc in enumerate(raw):
+        try:
+            out.append(MESSAGE.validate_json(doc))
+        except ValidationError as exc:
+            raise SnapshotCorruptedError(turn_id, f"message {offset + i} is invalid") from exc
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSummary:
+    """One line of an operator listing, read from the header's control fields."""
+
+    turn_id: str
+    status: AgentTurnStatus
+    agent_id: str
+    root_turn_id: str
+    parent_turn_id: str | None
+    conversation_id: str | None
+    version: int
+    created_at: float
+    updated_at: float
+    lease_owner: str | None
+    lease_until: float | None
+    cancel_requested: bool
+
+    @classmethod
+    def of(cls, turn_id: str, values: Sequence[Any]) -> TurnSummary | None:
+        """From an HMGET of ``SUMMARY_FIELDS``; None if missing or unreadable."""
+        st, agent, root, par, conv, v, ca, ua, lo, lu, cx = (text(x) for x in values)
+        try:
+            return cls(
+                turn_id,
+                AgentTurnStatus(st),
+                agent,
+                root,
+                par or None,
+                conv or None,
+                int(v),
+                float(ca),
+                float(ua),
+                lo or None,
+                float(lu) if lu else None,
+                cx == "1",
+            )
+        except ValueError:
+            return None

@@ -1,0 +1,137 @@
+"""The whole Redis keyspace of the turn store, in one module.
+
+Hash tags. Every key of a turn tree carries the tree's tag ``{T}``, so a root, all its
+descendants, its conversation marker and its partition of the indexes live in one hash slot
+(one Redis Cluster node), and every script works on a single slot:
+
+* a conversation root (``conversation_id`` set, no parent): ``T = c:<conversation_id>``.
+  The runner makes up a new root's id, so the conversation, not the id, must choose the
+  slot: the busy check reads the conversation's marker and creates the root in one script.
+  Successive turns of one conversation therefore share a tag.
+* any other root: ``T = <root_turn_id>``.
+* a child: the tag of its parent (so of its root).
+* a raw tag holding a brace or longer than 100 characters becomes ``h:<sha1 of it>``.
+
+Looking a turn up by id. The tag of a child or a conversation root cannot be computed from
+the turn id, so creation also writes a small global index ``ns:turn:<id> -> T``. The store
+caches it per process (a tag never changes), so steady-state operations are one round trip.
+
+Keys (``ns`` is the namespace, ``I`` a turn id):
+
+================================  =======  =====================================================
+``ns:{T}:h:I``                     hash     the turn header: ``body`` (the snapshot without its
+                                            messages, JSON, with ``schema_version``), ``sv``
+                                            (record version) and the control fields the scripts
+                                            own: version, status, lease, cancel flag, counts
+``ns:{T}:m:I``                     list     the messages, one JSON document each, append-only
+``ns:{T}:k:I``                     list     ids of I's direct children, oldest first
+``ns:{T}:runnable``                zset     id -> since when runnable: READY and RUNNING turns,
+                                            due retries (score ``next_runnable_at``),
+                                            cancel-requested turns; a leased one scores its
+                                            lease expiry. Blocked and terminal turns are absent.
+``ns:{T}:live``                    zset     id -> created_at of every non-terminal turn
+``ns:{T}:ended``                   zset     id -> when it ended (server time), terminal turns
+``ns:{T}:waits``                   hash     parent id -> JSON list of the children it waits on
+``ns:{T}:leases``                  hash     id -> lease expiry of every leased turn (the claim
+                                            rule reads a parent's lease from here)
+``ns:{T}:conv``                    hash     ``turn``, ``st``: the conversation's non-terminal
+                                            root (conversation tags only)
+``ns:turn:I``                      string   I's tag (global, written before the turn is created)
+``ns:partitions``                  zset     tag -> last root creation (unix time): tags that may
+                                            hold live turns; scans of runnable turns walk these
+``ns:retained``                    zset     tag -> last root creation: tags with any stored turn
+================================  =======  =====================================================
+
+The three global keys are never passed to a script together with tagged keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+_MAX_TAG = 100
+
+
+class Keyspace:
+    """Builds every key of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        if not namespace or any(c in namespace for c in "{} \n"):
+            raise ValueError(f"namespace must be non-empty, no braces or spaces: {namespace!r}")
+        self.namespace = namespace
+        self.partitions = f"{namespace}:partitions"
+        self.retained = f"{namespace}:retained"
+
+    # -- tags -------------------------------------------------------------------------
+    @staticmethod
+    def root_tag(root_turn_id: str, conversation_id: str | None) -> str:
+        """The tag of a new root turn (see the module docstring)."""
+        raw = f"c:{conversation_id}" if conversation_id else root_turn_id
+        if len(raw) > _MAX_TAG or "{" in raw or "}" in raw:
+            return "h:" + hashlib.sha1(raw.encode()).hexdigest()
+        return raw
+
+    def conversation_tag(self, conversation_id: str) -> str:
+        """The tag holding a conversation's marker and its root turns."""
+        return self.root_tag("", conversation_id)
+
+    def turn_index(self, turn_id: str) -> str:
+        """The global ``turn id -> tag`` key."""
+        return f"{self.namespace}:turn:{turn_id}"
+
+    # -- per turn ---------------------------------------------------------------------
+    def header(self, tag: str, turn_id: str) -> str:
+        """The turn's header hash."""
+        return f"{self.namespace}:{{{tag}}}:h:{turn_id}"
+
+    def messages(self, tag: str, turn_id: str) -> str:
+        """The turn's message list."""
+        return f"{self.namespace}:{{{tag}}}:m:{turn_id}"
+
+    def children(self, tag: str, turn_id: str) -> str:
+        """The list of the turn's direct children."""
+        return f"{self.namespace}:{{{tag}}}:k:{turn_id}"
+
+    # -- per tag ----------------------------------------------------------------------
+    def runnable(self, tag: str) -> str:
+        """The tag's partition of the runnable index."""
+        return f"{self.namespace}:{{{tag}}}:runnable"
+
+    def live(self, tag: str) -> str:
+        """The tag's non-terminal turns."""
+        return f"{self.namespace}:{{{tag}}}:live"
+
+    def ended(self, tag: str) -> str:
+        """The tag's terminal turns."""
+        return f"{self.namespace}:{{{tag}}}:ended"
+
+    def waits(self, tag: str) -> str:
+        """Parents of the tag waiting for children."""
+        return f"{self.namespace}:{{{tag}}}:waits"
+
+    def leases(self, tag: str) -> str:
+        """Lease expiries of the tag's leased turns."""
+        return f"{self.namespace}:{{{tag}}}:leases"
+
+    def conversation(self, tag: str) -> str:
+        """The conversation marker of a conversation tag."""
+        return f"{self.namespace}:{{{tag}}}:conv"
+
+    def tag_keys(self, tag: str) -> list[str]:
+        """The six per-tag keys every write script receives first, in script order."""
+        return [
+            self.runnable(tag),
+            self.live(tag),
+            self.ended(tag),
+            self.waits(tag),
+            self.leases(tag),
+            self.conversation(tag),
+        ]
+
+    def write_keys(self, tag: str, turn_id: str, parent_id: str | None) -> list[str]:
+        """Header, messages and the parent's children list (own list for a root)."""
+        return [
+            self.header(tag, turn_id),
+            self.messages(tag, turn_id),
+            self.children(tag, parent_id or turn_id),
+        ]

@@ -1,0 +1,22 @@
+-- save.lua: compare-and-set update of one turn; appends only the new messages. Uses _lib.lua.
+--
+-- KEYS[1..6]  the tag's runnable, live, ended, waits, leases and conv keys (see create.lua)
+-- KEYS[7]     ns:{T}:h:<id>    header
+-- KEYS[8]     ns:{T}:m:<id>    messages
+--
+-- ARGV[1]      request id, kept in the header: a replay (version already expected + 1
+--              with this id) answers OK without writing
+-- ARGV[2..19]  the turn block (see create.lua): expected version, the stored count and
+--              last stored message id the caller believes, the new messages' count k
+-- ARGV[20..]   the k new message documents
+--
+-- Returns {'OK', version, cancel flag} | {'NOT_FOUND', id} | {'CONFLICT', id, expected,
+--         actual} | {'MISMATCH', id, stored count, last id} (the caller's count is off:
+--         it may retry) | {'REWRITTEN', id, stored count, last id} | {'CORRUPT', id, why}
+local T = tag_keys()
+local b = block(2)
+local prev, err, replay = check_update(KEYS[7], b, ARGV[1])
+if not prev then return err end
+if replay then return {'OK', prev.v, prev.cx} end
+local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[8]}, b, prev, ARGV[1], clock())
+return {'OK', v, cx}

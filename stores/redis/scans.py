@@ -1,0 +1,187 @@
+"""Walks over the partitions of the indexes: runnable turns, repair, listings, retention.
+
+Scans read the global ``partitions``/``retained`` sets, then ask each tag in pipelined
+batches (one round trip per batch). They are for the sweeper, pollers and operators, not
+the per-step path; their cost grows with the number of live (resp. retained) turn trees.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from redis import Redis
+
+from runner_core.status import AgentTurnStatus
+from stores.redis.codec import SUMMARY_FIELDS, TurnSummary, text
+from stores.redis.keys import Keyspace
+from stores.redis.scripts import Scripts, code_of
+
+BATCH = 200
+"""Tags asked per pipeline."""
+
+Candidate = tuple[float, str, str]  # (runnable since, tag, turn id)
+
+
+def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class Scanner:
+    """Index scans over every partition of one namespace."""
+
+    def __init__(self, redis: Redis, keys: Keyspace, scripts: Scripts) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.scripts = scripts
+
+    def tags(self, key: str) -> list[str]:
+        """Members of a global partition set."""
+        return [text(t) for t in self.redis.zrange(key, 0, -1)]
+
+    def runnable(
+        self, bound: float, per_tag: int, server_clock: bool, most: int
+    ) -> list[Candidate]:
+        """Up to ``most`` entries of the runnable index with score <= bound, oldest first."""
+        found: list[Candidate] = []
+        due = self.scripts["due"]
+        args = [repr(float(bound)), str(per_tag), "1" if server_clock else "0"]
+        for batch in _chunks(self.tags(self.keys.partitions)):
+            calls = [(due, [self.keys.runnable(tag)], args) for tag in batch]
+            for tag, reply in zip(batch, self.scripts.pipelined(calls), strict=True):
+                found.extend(
+                    (float(reply[i + 1]), tag, text(reply[i])) for i in range(0, len(reply), 2)
+                )
+            found = heapq.nsmallest(most, found)
+        return found
+
+    def statuses(self, candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
+        """(status, cancel flag) of each candidate, '' for a vanished one."""
+        pipe = self.redis.pipeline(transaction=False)
+        for _, tag, turn_id in candidates:
+            pipe.hmget(self.keys.header(tag, turn_id), "st", "cx")
+        return [(text(st), text(cx)) for st, cx in pipe.execute()]
+
+    def repair(self, limit: int) -> list[tuple[str, str]]:
+        """(child, parent) pairs: ended children whose parent still waits on them."""
+        found: list[tuple[str, str]] = []
+        repair = self.scripts["repair"]
+        for batch in _chunks(self.tags(self.keys.partitions)):
+            calls = [
+                (repair, [self.keys.waits(tag), self.keys.ended(tag)], [str(limit)])
+                for tag in batch
+            ]
+            for reply in self.scripts.pipelined(calls):
+                found.extend((text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2))
+            if len(found) >= limit:
+                break
+        return found[:limit]
+
+    def summaries(
+        self, tags: Sequence[str], status: AgentTurnStatus | None, root: str | None, limit: int
+    ) -> list[TurnSummary]:
+        """Summaries of the turns of ``tags``, filtered, newest first."""
+        found: list[TurnSummary] = []
+        for batch in _chunks(tags):
+            ids = self._ids(batch, status)
+            pipe = self.redis.pipeline(transaction=False)
+            for tag, turn_id in ids:
+                pipe.hmget(self.keys.header(tag, turn_id), *SUMMARY_FIELDS)
+            for (_, turn_id), values in zip(ids, pipe.execute(), strict=True):
+                summary = TurnSummary.of(turn_id, values)
+                if summary is None or (status is not None and summary.status is not status):
+                    continue
+                if root is None or summary.root_turn_id == root:
+                    found.append(summary)
+            if len(found) >= limit:
+                break
+        found.sort(key=lambda s: s.created_at, reverse=True)
+        return found[:limit]
+
+    def _ids(self, tags: Sequence[str], status: AgentTurnStatus | None) -> list[tuple[str, str]]:
+        sets = []
+        if status is None or not status.is_terminal:
+            sets.append(self.keys.live)
+        if status is None or status.is_terminal:
+            sets.append(self.keys.ended)
+        pipe = self.redis.pipeline(transaction=False)
+        pairs = [(tag, which) for tag in tags for which in sets]
+        for tag, which in pairs:
+            pipe.zrange(which(tag), 0, -1)
+        return [
+            (tag, text(turn_id))
+            for (tag, _), ids in zip(pairs, pipe.execute(), strict=True)
+            for turn_id in ids
+        ]
+
+    def expirable(self, cutoff: float, limit: int) -> list[tuple[str, str, str]]:
+        """(tag, turn id, parent id) of turns that ended before ``cutoff``."""
+        found: list[tuple[str, str]] = []
+        for batch in _chunks(self.tags(self.keys.retained)):
+            pipe = self.redis.pipeline(transaction=False)
+            for tag in batch:
+                pipe.zrangebyscore(self.keys.ended(tag), "-inf", cutoff, start=0, num=limit)
+            for tag, ids in zip(batch, pipe.execute(), strict=True):
+                found.extend((tag, text(i)) for i in ids)
+            if len(found) >= limit:
+                break
+        found = found[:limit]
+        pipe = self.redis.pipeline(transaction=False)
+        for tag, turn_id in found:
+            pipe.hget(self.keys.header(tag, turn_id), "par")
+        return [(t, i, text(p)) for (t, i), p in zip(found, pipe.execute(), strict=True)]
+
+    def expire(self, turns: Sequence[tuple[str, str, str]]) -> list[str]:
+        """Run expire.lua on each turn; the ids actually deleted (their index keys too)."""
+        k, expire = self.keys, self.scripts["expire"]
+        calls = [
+            (
+                expire,
+                [
+                    k.header(tag, turn_id),
+                    k.messages(tag, turn_id),
+                    k.children(tag, turn_id),
+                    k.ended(tag),
+                    k.waits(tag),
+                    k.live(tag),
+                    k.leases(tag),
+                    k.children(tag, parent or turn_id),
+                ],
+                [turn_id, parent],
+            )
+            for tag, turn_id, parent in turns
+        ]
+        done: list[str] = []
+        for batch in _chunks(calls):
+            replies = self.scripts.pipelined(batch)
+            done.extend(c[2][0] for c, r in zip(batch, replies, strict=True) if code_of(r) == "OK")
+        for batch in _chunks(done, 500):
+            self.redis.delete(*(k.turn_index(turn_id) for turn_id in batch))
+        return done
+
+    def prune(self, grace_seconds: float) -> int:
+        """Drop tags with nothing left from the partition sets (not touched for a grace)."""
+        cutoff = time.time() - grace_seconds
+        removed = 0
+        for key, sets in (
+            (self.keys.partitions, (self.keys.live,)),
+            (self.keys.retained, (self.keys.live, self.keys.ended)),
+        ):
+            entries = self.redis.zrangebyscore(key, "-inf", cutoff, withscores=True)
+            for batch in _chunks(entries):
+                pipe = self.redis.pipeline(transaction=False)
+                for tag, _ in batch:
+                    for which in sets:
+                        pipe.zcard(which(text(tag)))
+                counts = pipe.execute()
+                width = len(sets)
+                calls = [
+                    (self.scripts["zrem_if"], [key], [text(tag), repr(float(score))])
+                    for n, (tag, score) in enumerate(batch)
+                    if not any(counts[n * width : (n + 1) * width])
+                ]
+                removed += sum(int(r) for r in self.scripts.pipelined(calls))
+        return removed

@@ -1,0 +1,156 @@
+"""The Lua scripts next to this module, registered once, and typed wrappers around them.
+
+Each ``.lua`` file is one atomic operation and lists its KEYS and ARGV in its header. The
+scripts marked below get ``local SCHEMA = '<record version>'`` and ``_lib.lua`` prepended.
+They run by EVALSHA; after a server restart (empty script cache) redis-py's ``Script``
+reloads on NOSCRIPT, and ``pipelined`` does the same for pipelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from runner_core.errors import (
+    AgentConversationBusyException,
+    ConcurrentModificationError,
+    HistoryRewrittenError,
+    SnapshotCorruptedError,
+    TurnNotFoundError,
+)
+from runner_core.snapshot import SCHEMA_VERSION
+from runner_core.status import AgentTurnStatus
+from runner_core.store import SaveResult
+from stores.redis.codec import Arg, fields_of, text
+
+_HERE = Path(__file__).parent
+_WITH_LIB = (
+    "create",
+    "save",
+    "save_tree",
+    "claim",
+    "renew",
+    "release",
+    "cancel",
+    "peek",
+    "load",
+    "expire",
+)
+_PLAIN = ("due", "repair", "zrem_if")
+
+Call = tuple[Script, Sequence[str], Sequence[Arg]]
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """A save sent the wrong stored-message count: the stored count and last message id."""
+
+    stored: int
+    last_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A header (fields) and the messages after the ones the caller already had."""
+
+    fields: dict[str, Any]
+    messages: list[Any]
+
+
+def _source(name: str) -> str:
+    return (_HERE / f"{name}.lua").read_text(encoding="utf-8")
+
+
+class Scripts:
+    """Every script of the store, registered on one client."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        lib = f"local SCHEMA = '{SCHEMA_VERSION}'\n" + _source("_lib")
+        self.by_name: dict[str, Script] = {}
+        for name in _WITH_LIB:
+            self.by_name[name] = redis.register_script(lib + "\n" + _source(name))
+        for name in _PLAIN:
+            self.by_name[name] = redis.register_script(_source(name))
+
+    def __getitem__(self, name: str) -> Script:
+        return self.by_name[name]
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """EVALSHA one script (SCRIPT LOAD and retry on NOSCRIPT)."""
+        return self.by_name[name](keys=keys, args=args)
+
+    def pipelined(self, calls: Sequence[Call], before: Sequence[Sequence[Arg]] = ()) -> list[Any]:
+        """Plain commands, then script calls, in one round trip; replies of all, in order."""
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            for command in before:
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            for script, keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
+                for script, _, _ in calls:
+                    script.sha = self.redis.script_load(script.script)
+                continue
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+        raise AssertionError("unreachable")
+
+
+def code_of(reply: Any) -> str:
+    """The reply code a script answered with (OK, NO, ...)."""
+    return text(reply[0])
+
+
+def raise_for(reply: Any, conversation_id: str | None = None) -> None:
+    """Raise the exception a script's error reply stands for; return if it is OK or NO."""
+    code = code_of(reply)
+    if code in ("OK", "NO", "MISMATCH"):
+        return
+    args = [text(x) for x in reply[1:]]
+    if code == "NOT_FOUND":
+        raise TurnNotFoundError(args[0])
+    if code == "CONFLICT":
+        raise ConcurrentModificationError(args[0], int(args[1]), int(args[2]))
+    if code == "BUSY":
+        raise AgentConversationBusyException(
+            conversation_id or "?", args[0], AgentTurnStatus(args[1])
+        )
+    if code == "REWRITTEN":
+        raise HistoryRewrittenError(
+            args[0], f"stored history ({args[1]} messages, last {args[2]!r}) was rewritten"
+        )
+    if code == "CORRUPT":
+        raise SnapshotCorruptedError(args[0], args[1])
+    raise RuntimeError(f"unexpected script reply {reply!r}")
+
+
+def saved(reply: Any, conversation_id: str | None = None) -> SaveResult | Mismatch:
+    """The reply of create/save/save_tree."""
+    raise_for(reply, conversation_id)
+    if code_of(reply) == "MISMATCH":
+        return Mismatch(int(text(reply[2])), text(reply[3]))
+    return SaveResult(int(text(reply[1])), text(reply[2]) == "1")
+
+
+def loaded(reply: Any) -> Loaded | None:
+    """The reply of load/claim: None for NO."""
+    raise_for(reply)
+    if code_of(reply) == "NO":
+        return None
+    return Loaded(fields_of(reply[1]), list(reply[2]))
+
+
+def answered(reply: Any) -> bool:
+    """The reply of renew/release/cancel: True for OK, False for NO."""
+    raise_for(reply)
+    return code_of(reply) == "OK"

@@ -1,0 +1,447 @@
+"""``RedisAgentTurnStore``: the production ``AgentTurnStore`` that Celery workers share.
+
+Every operation on a turn is one Lua script on one hash slot (see ``keys.py``), one round
+trip in the steady state: ``save``, ``peek``, ``load``, ``claim``, ``renew_lease``,
+``release_lease`` and ``request_cancellation`` each send a single EVALSHA once this process
+knows the turn's tag (after creating, loading or claiming it; else one GET first). A save
+sends the header and only the messages that are new since the stored count.
+
+Redis server settings for production (see ``deploy/REDIS.md``):
+
+* ``appendonly yes`` with ``appendfsync everysec`` (a crash may lose the last second of
+  steps; the lost steps are redone from the last stored snapshot, as after a killed
+  worker) or ``appendfsync always`` (nothing acknowledged is ever lost, slower writes).
+* ``maxmemory-policy noeviction``: evicting a turn's header or messages would corrupt it;
+  a full Redis must refuse writes instead. Retention (``expire_terminal``) frees memory.
+* Replicas and failover: a failover may lose acknowledged writes (asynchronous replication);
+  use ``WAIT``-free single-primary deployments or accept replaying a few steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+
+from redis import Redis
+
+from runner_core.errors import (
+    AgentConversationBusyException,
+    HistoryRewrittenError,
+    SnapshotCorruptedError,
+    TurnNotFoundError,
+)
+from runner_core.messages import Message
+from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
+from runner_core.status import AgentTurnStatus
+from runner_core.store import SaveResult, TurnControl
+from stores.redis.cache import Known, TurnCache
+from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text, turn_block
+from stores.redis.connection import Guard, connect
+from stores.redis.keys import Keyspace
+from stores.redis.scans import Scanner
+from stores.redis.scripts import Loaded, Mismatch, Scripts, answered, code_of, loaded, saved
+
+log = logging.getLogger("stores.redis")
+
+
+class RedisAgentTurnStore:
+    """Turns in Redis: CAS versions, fenced leases, append-only messages, cluster-safe keys."""
+
+    def __init__(
+        self,
+        redis: Redis | str,
+        namespace: str = "agentworker",
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        socket_timeout: float = 5.0,
+        connect_timeout: float = 2.0,
+        retention_seconds: float | None = 7 * 24 * 3600,
+        cache_size: int = 10_000,
+        check_connection: bool = True,
+    ) -> None:
+        self.redis, self.url = connect(
+            redis,
+            username=username,
+            password=password,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+        )
+        self._owns_client = isinstance(redis, str)
+        self.keys = Keyspace(namespace)
+        self.scripts = Scripts(self.redis)
+        self.scanner = Scanner(self.redis, self.keys, self.scripts)
+        self.retention_seconds = retention_seconds
+        self.cache = TurnCache(cache_size)
+        self.guard = Guard(self.url)
+        self._rid_prefix = uuid.uuid4().hex[:12]
+        self._rids = itertools.count()
+        if check_connection:
+            with self.guard:
+                self.redis.ping()
+
+    def __repr__(self) -> str:
+        return f"RedisAgentTurnStore({self.url!r}, namespace={self.keys.namespace!r})"
+
+    def close(self) -> None:
+        """Close the connection pool if this store created it."""
+        if self._owns_client:
+            self.redis.close()
+
+    # -- the AgentTurnStore protocol -----------------------------------------------------
+    def now(self) -> float:
+        """The Redis server clock (``TIME``), seconds since the epoch."""
+        with self.guard:
+            seconds, micros = self.redis.time()
+        return int(seconds) + int(micros) / 1_000_000
+
+    def save(self, snapshot: AgentTurnSnapshot, expected_version: int) -> SaveResult:
+        """Create (``expected_version=-1``) or compare-and-set update; one round trip."""
+        with self.guard:
+            if expected_version == -1:
+                return self._create(snapshot)
+            return self._update(snapshot, expected_version, ())
+
+    def save_parent_and_children(
+        self,
+        parent: AgentTurnSnapshot,
+        expected_parent_version: int,
+        children: Sequence[AgentTurnSnapshot],
+    ) -> SaveResult:
+        """Update the parent and create its children in one script (all checked first)."""
+        with self.guard:
+            return self._update(parent, expected_parent_version, children)
+
+    def load(self, turn_id: str) -> AgentTurnSnapshot:
+        """A copy of the stored turn; ``TurnNotFoundError`` if unknown."""
+        with self.guard:
+            tag = self.tag_of(turn_id)
+            have = self._cached_messages(turn_id)
+            data = loaded(self._run_read("load", tag, turn_id, [turn_id, str(len(have))]))
+            assert data is not None
+            return self._snapshot(turn_id, tag, data, have)
+
+    def peek(self, turn_id: str) -> TurnControl:
+        """Version, status, cancel flag, lease and the server clock in one round trip."""
+        with self.guard:
+            tag = self.tag_of(turn_id)
+            reply = self.scripts.run("peek", [self.keys.header(tag, turn_id)], [turn_id])
+        if code_of(reply) != "OK":
+            answered(reply)  # raises
+        _, v, st, cx, lo, lid, lu, sec, usec = (text(x) for x in reply)
+        try:
+            lease = LeaseInfo(owner=lo, lease_id=lid, until=float(lu)) if lo else None
+            status = AgentTurnStatus(st)
+            return TurnControl(int(v), status, cx == "1", lease, int(sec) + int(usec) / 1e6)
+        except ValueError as exc:
+            raise SnapshotCorruptedError(turn_id, f"bad control fields ({exc})") from exc
+
+    def find_active_turn(self, conversation_id: str) -> tuple[str, AgentTurnStatus] | None:
+        """The conversation's non-terminal root turn, from its marker."""
+        marker = self.keys.conversation(self.keys.conversation_tag(conversation_id))
+        with self.guard:
+            turn_id, st = self.redis.hmget(marker, "turn", "st")
+        if not turn_id or not st:
+            return None
+        status = AgentTurnStatus(text(st))
+        return None if status.is_terminal else (text(turn_id), status)
+
+    def request_cancellation(self, turn_id: str, reason: str | None = None) -> bool:
+        """Set the monotonic cancel flag (no version change); False if terminal or set."""
+        with self.guard:
+            tag = self.tag_of(turn_id)
+            keys = [self.keys.header(tag, turn_id), self.keys.runnable(tag)]
+            return answered(
+                self.scripts.run("cancel", keys, [turn_id, json.dumps(reason), self.request_id()])
+            )
+
+    def claim(
+        self, turn_id: str, worker_id: str, now: float, lease_ms: int
+    ) -> AgentTurnSnapshot | None:
+        """Lease the turn if claimable: fresh lease id, version bumped; None otherwise."""
+        with self.guard:
+            return self._claim(self.tag_of(turn_id), turn_id, worker_id, now, lease_ms)
+
+    def claim_runnable(
+        self, worker_id: str, now: float, lease_ms: int, limit: int
+    ) -> list[AgentTurnSnapshot]:
+        """Lease up to ``limit`` claimable turns, longest runnable first; skips corrupt ones."""
+        claimed: list[AgentTurnSnapshot] = []
+        if limit <= 0:
+            return claimed
+        with self.guard:
+            most = max(4 * limit, 50)
+            for _, tag, turn_id in self.scanner.runnable(now, most, True, most):
+                try:
+                    snapshot = self._claim(tag, turn_id, worker_id, now, lease_ms)
+                except SnapshotCorruptedError as exc:
+                    log.error("skipping corrupt turn %s: %s", turn_id, exc)
+                    continue
+                except TurnNotFoundError:
+                    continue
+                if snapshot is not None:
+                    claimed.append(snapshot)
+                    if len(claimed) >= limit:
+                        break
+        return claimed
+
+    def renew_lease(
+        self, turn_id: str, worker_id: str, lease_id: str, now: float, until: float
+    ) -> bool:
+        """Extend a live lease of this owner and lease id (no version change)."""
+        with self.guard:
+            tag = self.tag_of(turn_id)
+            args = [turn_id, worker_id, lease_id, repr(float(now)), repr(float(until))]
+            return answered(self.scripts.run("renew", self._lease_keys(tag, turn_id), args))
+
+    def release_lease(self, turn_id: str, worker_id: str, lease_id: str) -> bool:
+        """Drop the lease of this owner and lease id (no version change)."""
+        with self.guard:
+            tag = self.tag_of(turn_id)
+            args = [turn_id, worker_id, lease_id, self.request_id()]
+            return answered(self.scripts.run("release", self._lease_keys(tag, turn_id), args))
+
+    def children_of(self, parent_turn_id: str) -> list[str]:
+        """Direct children, oldest first ([] for an unknown turn)."""
+        with self.guard:
+            try:
+                tag = self.tag_of(parent_turn_id)
+            except TurnNotFoundError:
+                return []
+            ids = self.redis.lrange(self.keys.children(tag, parent_turn_id), 0, -1)
+            return [text(c) for c in ids]
+
+    def find_terminal_children_with_waiting_parent(self, limit: int) -> list[tuple[str, str]]:
+        """Ended children whose parent still lists them as awaited (the repair scan)."""
+        with self.guard:
+            return self.scanner.repair(limit)
+
+    # -- for the Celery layer and operators ----------------------------------------------
+    def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
+        """Scheduled retries whose ``next_runnable_at`` has come (nothing else wakes them)."""
+        with self.guard:
+            candidates = self.scanner.runnable(now, max(limit, 100), False, 4 * limit)
+            states = self.scanner.statuses(candidates)
+        return [
+            turn_id
+            for (_, _, turn_id), (st, cx) in zip(candidates, states, strict=True)
+            if st == AgentTurnStatus.RETRY_SCHEDULED.value and cx != "1"
+        ][:limit]
+
+    def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
+        """Turns runnable for ``older_than`` seconds that nobody stepped.
+
+        READY or RUNNING turns without a lease (a lost wake-up, a killed direct runner),
+        leases that expired ``older_than`` ago (a killed worker), retries overdue by as much,
+        and unserved cancellation requests.
+        """
+        with self.guard:
+            return [c[2] for c in self.scanner.runnable(now - older_than, limit, False, limit)]
+
+    def list_turns(
+        self,
+        status: AgentTurnStatus | None = None,
+        root_turn_id: str | None = None,
+        limit: int = 100,
+    ) -> list[TurnSummary]:
+        """Summaries of stored turns, newest first: all, one status, or one turn tree."""
+        with self.guard:
+            if root_turn_id is not None:
+                try:
+                    tags = [self.tag_of(root_turn_id)]
+                except TurnNotFoundError:
+                    return []
+            elif status is not None and not status.is_terminal:
+                tags = self.scanner.tags(self.keys.partitions)
+            else:
+                tags = self.scanner.tags(self.keys.retained)
+            return self.scanner.summaries(tags, status, root_turn_id, limit)
+
+    def expire_terminal(self, older_than_seconds: float | None = None, limit: int = 1000) -> int:
+        """Delete turns that ended ``older_than_seconds`` ago (default: retention_seconds).
+
+        Never one a waiting parent still references, nor one with a live child.
+        Returns how many were deleted.
+        """
+        older = self.retention_seconds if older_than_seconds is None else older_than_seconds
+        if older is None:
+            return 0
+        with self.guard:
+            cutoff = self.now() - older
+            done = self.scanner.expire(self.scanner.expirable(cutoff, limit))
+        for turn_id in done:
+            self.cache.forget(turn_id)
+        return len(done)
+
+    def prune_partitions(self, grace_seconds: float = 3600.0) -> int:
+        """Forget empty tags in the partition sets (untouched for ``grace_seconds``)."""
+        with self.guard:
+            return self.scanner.prune(grace_seconds)
+
+    # -- internals -----------------------------------------------------------------------
+    def request_id(self) -> str:
+        """A unique id for one script call, so a replayed call is recognised."""
+        return f"{self._rid_prefix}{next(self._rids)}"
+
+    def tag_of(self, turn_id: str) -> str:
+        """The turn's tag: cached, else from the global index; ``TurnNotFoundError``."""
+        known = self.cache.get(turn_id)
+        if known is not None:
+            return known.tag
+        raw = self.redis.get(self.keys.turn_index(turn_id))
+        if raw is None:
+            raise TurnNotFoundError(turn_id)
+        tag = text(raw)
+        self.cache.put(turn_id, Known(tag))
+        return tag
+
+    def _lease_keys(self, tag: str, turn_id: str) -> list[str]:
+        return [self.keys.header(tag, turn_id), self.keys.runnable(tag), self.keys.leases(tag)]
+
+    def _cached_messages(self, turn_id: str) -> tuple[Message, ...]:
+        known = self.cache.get(turn_id)
+        return known.messages if known is not None and known.messages is not None else ()
+
+    def _run_read(self, name: str, tag: str, turn_id: str, args: Sequence[Arg]) -> object:
+        keys = [self.keys.header(tag, turn_id), self.keys.messages(tag, turn_id)]
+        return self.scripts.run(name, keys, args)
+
+    def _claim(
+        self, tag: str, turn_id: str, worker_id: str, now: float, lease_ms: int
+    ) -> AgentTurnSnapshot | None:
+        have = self._cached_messages(turn_id)
+        lease_id = uuid.uuid4().hex
+        until = now + lease_ms / 1000
+        k = self.keys
+        keys = [k.header(tag, turn_id), k.messages(tag, turn_id), k.runnable(tag), k.leases(tag)]
+        args = [turn_id, worker_id, lease_id, repr(float(now)), repr(until), str(len(have))]
+        data = loaded(self.scripts.run("claim", keys, args))
+        if data is None:
+            return None
+        try:
+            return self._snapshot(turn_id, tag, data, have)
+        except SnapshotCorruptedError:
+            self.release_lease(turn_id, worker_id, lease_id)
+            raise
+
+    def _snapshot(
+        self, turn_id: str, tag: str, data: Loaded, have: tuple[Message, ...]
+    ) -> AgentTurnSnapshot:
+        """Decode a load/claim reply on top of the cached message prefix ``have``."""
+        fields = data.fields
+        new = messages_of(turn_id, data.messages, len(have))
+        messages = (*have, *new)
+        try:
+            stored = int(fields.get("n", ""))
+        except ValueError as exc:
+            raise SnapshotCorruptedError(turn_id, "header has no message count") from exc
+        last = messages[-1].id if messages else ""
+        if len(messages) != stored or last != fields.get("last", ""):
+            if have:  # the cached prefix is not a prefix any more (data lost in a failover)
+                self.cache.put(turn_id, Known(tag))
+                return self.load(turn_id)
+            raise SnapshotCorruptedError(turn_id, f"{len(messages)} messages, header says {stored}")
+        snapshot = snapshot_of(turn_id, fields, list(messages))
+        self.cache.put(turn_id, Known(tag, stored, last, messages))
+        return snapshot
+
+    # -- the write path ------------------------------------------------------------------
+    def _create(self, s: AgentTurnSnapshot) -> SaveResult:
+        tag = self._new_tag(s)
+        k = self.keys
+        keys = k.tag_keys(tag) + k.write_keys(tag, s.id, s.parent_turn_id)
+        stamp = repr(time.time())
+        before = [
+            ("SET", k.turn_index(s.id), tag, "NX"),
+            ("ZADD", k.partitions, stamp, tag),
+            ("ZADD", k.retained, stamp, tag),
+        ]
+        call = (self.scripts["create"], keys, [self.request_id(), *turn_block(s, -1, 0)])
+        replies = self.scripts.pipelined([call], before)
+        try:
+            result = saved(replies[-1], s.conversation_id)
+        except AgentConversationBusyException:
+            if replies[0]:  # the index entry is ours: no turn was created
+                self.redis.delete(k.turn_index(s.id))
+            raise
+        assert isinstance(result, SaveResult)
+        messages = tuple(s.messages)
+        last = messages[-1].id if messages else ""
+        self.cache.put(s.id, Known(tag, len(messages), last, messages))
+        return result
+
+    def _new_tag(self, s: AgentTurnSnapshot) -> str:
+        """A root's tag from the snapshot; a child's is its parent's (or its root's)."""
+        if s.parent_turn_id is None:
+            return self.keys.root_tag(s.id, s.conversation_id)
+        for ref in (s.parent_turn_id, s.root_turn_id):
+            try:
+                return self.tag_of(ref)
+            except TurnNotFoundError:
+                continue
+        return self.keys.root_tag(s.root_turn_id, None)
+
+    def _update(
+        self, s: AgentTurnSnapshot, expected: int, children: Sequence[AgentTurnSnapshot]
+    ) -> SaveResult:
+        tag = self.tag_of(s.id)
+        known = self.cache.get(s.id)
+        count = len(s.messages)
+        stored = known.stored if known is not None and 0 <= known.stored <= count else count
+        for _ in range(2):
+            result = saved(self._save_call(tag, s, expected, stored, children))
+            if isinstance(result, SaveResult):
+                self._remember_save(tag, s, known, stored, children)
+                return result
+            _check_prefix(s, result)
+            stored = result.stored
+        raise HistoryRewrittenError(s.id, "the stored message count kept changing")
+
+    def _save_call(
+        self,
+        tag: str,
+        s: AgentTurnSnapshot,
+        expected: int,
+        stored: int,
+        children: Sequence[AgentTurnSnapshot],
+    ) -> object:
+        k = self.keys
+        keys = k.tag_keys(tag) + k.write_keys(tag, s.id, None)
+        block = turn_block(s, expected, stored)
+        if not children:
+            return self.scripts.run("save", keys[:8], [self.request_id(), *block])
+        args: list[Arg] = [self.request_id(), str(len(children)), *block]
+        for child in children:
+            keys += k.write_keys(tag, child.id, child.parent_turn_id)
+            args += turn_block(child, -1, 0)
+        return self.scripts.run("save_tree", keys, args)
+
+    def _remember_save(
+        self,
+        tag: str,
+        s: AgentTurnSnapshot,
+        known: Known | None,
+        stored: int,
+        children: Sequence[AgentTurnSnapshot],
+    ) -> None:
+        msgs = s.messages
+        cached = None
+        if known is not None and known.messages is not None and len(known.messages) == stored:
+            cached = known.messages + tuple(msgs[stored:])
+        self.cache.put(s.id, Known(tag, len(msgs), msgs[-1].id if msgs else "", cached))
+        for child in children:
+            cm = tuple(child.messages)
+            self.cache.put(child.id, Known(tag, len(cm), cm[-1].id if cm else "", cm))
+
+
+def _check_prefix(s: AgentTurnSnapshot, mismatch: Mismatch) -> None:
+    """After a count mismatch: the snapshot must still hold the stored messages."""
+    n = mismatch.stored
+    if len(s.messages) < n or (n and s.messages[n - 1].id != mismatch.last_id):
+        raise HistoryRewrittenError(
+            s.id, f"save has {len(s.messages)} messages, the {n} stored ones differ"
+        )
