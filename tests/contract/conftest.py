@@ -1,0 +1,149 @@
+"""Fixtures of the store contract suite: every test runs on each store.
+
+The Redis store runs against a ``redis-server`` this suite starts itself, on a free
+loopback port, with AOF on (never the Redis of the host). Tests that need Redis skip with
+a clear message when the binary is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from runner_core import AgentTurnStore, InMemoryAgentTurnStore
+from stores import RedisAgentTurnStore
+
+BINARY = shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A redis-server process on a free port that tests may stop, kill and restart."""
+
+    def __init__(self, directory: Path, *extra: str) -> None:
+        self.directory = directory
+        self.port = free_port()
+        self.extra = extra
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port)
+
+    def start(self) -> None:
+        assert BINARY is not None
+        args = [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "yes", "--dir", str(self.directory), *self.extra]
+        log = (self.directory / "redis.log").open("ab")
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if self.client().ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start, see {log.name}") from None
+                time.sleep(0.02)
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()  # SIGTERM: redis flushes the AOF and exits
+        self.process.wait(10)
+        self.process = None
+
+    def restart(self, kill: bool = False) -> None:
+        self.stop(kill)
+        self.start()
+
+
+def _require_binary() -> None:
+    if BINARY is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server); skipping")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    _require_binary()
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private server for tests that kill or restart it (fsync always: nothing lost)."""
+    _require_binary()
+    server = RedisServer(tmp_path, "--appendfsync", "always")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def redis_store(redis_server: RedisServer, namespace: str) -> Iterator[RedisAgentTurnStore]:
+    redis_server.client().flushdb()
+    store = RedisAgentTurnStore(redis_server.url, namespace=namespace)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def make_store(store_kind: str, request: pytest.FixtureRequest) -> Callable[[], AgentTurnStore]:
+    """Stores sharing one backend, like processes sharing Redis (memory: the same object)."""
+    if store_kind == "memory":
+        shared = InMemoryAgentTurnStore()
+        return lambda: shared
+    server: RedisServer = request.getfixturevalue("redis_server")
+    server.client().flushdb()
+    namespace: str = request.getfixturevalue("namespace")
+    made: list[RedisAgentTurnStore] = []
+
+    def make() -> AgentTurnStore:
+        made.append(RedisAgentTurnStore(server.url, namespace=namespace))
+        return made[-1]
+
+    def close_all() -> None:
+        for s in made:
+            s.close()
+
+    request.addfinalizer(close_all)
+    return make
+
+
+@pytest.fixture
+def store(make_store: Callable[[], AgentTurnStore]) -> AgentTurnStore:
+    return make_store()
