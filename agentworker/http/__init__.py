@@ -1,0 +1,57 @@
+"""The HTTP API: ``uvicorn agentworker.http:app`` (settings from ``AGENTWORKER_*``).
+
+``create_http_app(runner, settings)`` builds the app around any runner; the module-level
+``app`` is built on first access from the environment, with ``make_runner()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from agentworker.http.api import create_http_app
+from agentworker.http.auth import (
+    REQUEST_ID_HEADER,
+    SIGNATURE_HEADER,
+    TENANT_HEADER,
+    TIMESTAMP_HEADER,
+    sign,
+    signed_headers,
+)
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    app: Starlette
+
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "SIGNATURE_HEADER",
+    "TENANT_HEADER",
+    "TIMESTAMP_HEADER",
+    "create_http_app",
+    "sign",
+    "signed_headers",
+]
+
+_lock = threading.Lock()
+_app: Starlette | None = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _default_app() -> Starlette:
+    """The app for ``uvicorn agentworker.http:app``, built once from the environment."""
+    global _app
+    with _lock:
+        if _app is None:
+            from agentworker.runtime import make_runner
+            from agentworker.settings import Settings
+
+            settings = Settings()
+            _app = create_http_app(make_runner(settings), settings)
+        return _app

@@ -1,0 +1,128 @@
+"""Request bodies (validated, 422 naming the field) and the JSON summary of a turn."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentworker.http.errors import ApiError
+from runner_core import AgentResumeCommand, AgentTurnSnapshot, AgentTurnStatus
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+class StartBody(BaseModel):
+    """``POST /turns``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1)
+    input: str
+    conversation_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    streaming: bool = False
+
+
+class ResumeBody(BaseModel):
+    """``POST /turns/{id}/resume``: one of the resume commands of API.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Literal["approve_tool", "reject_tool", "user_input", "continue_turn", "retry"]
+    call_id: str | None = None
+    reason: str = ""
+    data: str | dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def to_command(self) -> AgentResumeCommand:
+        """The runner's command; 422 when a field the command needs is missing."""
+        if self.command in ("approve_tool", "reject_tool") and not self.call_id:
+            raise ApiError(422, f"{self.command} needs the call id", field="call_id")
+        match self.command:
+            case "approve_tool":
+                command = AgentResumeCommand.approve_tool(self.call_id or "")
+            case "reject_tool":
+                command = AgentResumeCommand.reject_tool(self.call_id or "", self.reason)
+            case "user_input":
+                if self.data is None:
+                    raise ApiError(422, "user_input needs data (text or an object)", "data")
+                command = AgentResumeCommand.user_input(self.data, self.call_id)
+            case "continue_turn":
+                command = AgentResumeCommand.continue_turn()
+            case "retry":
+                command = AgentResumeCommand.retry()
+        return command.with_metadata(**self.metadata) if self.metadata else command
+
+
+class CancelBody(BaseModel):
+    """``POST /turns/{id}/cancel`` (the body may be empty)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = None
+
+
+def parse(model: type[Body], raw: bytes, *, empty_ok: bool = False) -> Body:
+    """Validate a JSON body; ``ApiError(422)`` naming the first bad field."""
+    if not raw.strip() and empty_ok:
+        return model()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ApiError(422, "the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, "the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or None
+        raise ApiError(422, f"{field or 'body'}: {first['msg']}", field) from None
+
+
+def turn_summary(s: AgentTurnSnapshot, children: list[str] | None = None) -> dict[str, Any]:
+    """What a caller sees of a turn: where it stands, what it waits for, counters, result."""
+    return {
+        "id": s.id,
+        "root_turn_id": s.root_turn_id,
+        "parent_turn_id": s.parent_turn_id,
+        "agent_id": s.agent_id,
+        "agent_version": s.agent_version,
+        "conversation_id": s.conversation_id,
+        "status": s.status.value,
+        "phase": s.phase.value,
+        "version": s.version,
+        "suspension": s.suspension.model_dump(mode="json") if s.suspension else None,
+        "next_runnable_at": s.next_runnable_at,
+        "counters": {
+            "iterations": s.iteration_count,
+            "steps": s.step_count,
+            "tool_calls": s.tool_call_count,
+            "retries": s.retry_count,
+        },
+        "usage": {
+            "input_tokens": s.usage.input_tokens,
+            "output_tokens": s.usage.output_tokens,
+            "total_tokens": s.usage.total_tokens,
+        },
+        "progress": _progress(s),
+        "final_output": s.final_output if s.status is AgentTurnStatus.COMPLETED else None,
+        "error": s.error.model_dump(mode="json") if s.error else None,
+        "terminal_reason": s.terminal_reason,
+        "cancel_requested": s.cancel_requested,
+        "metadata": s.metadata,
+        "children": children or [],
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    }
+
+
+def _progress(s: AgentTurnSnapshot) -> dict[str, Any] | None:
+    plan = s.task_plan
+    if plan is None:
+        return None
+    tasks = [t.model_dump(mode="json") for t in plan.tasks]
+    done = sum(1 for t in tasks if t["status"] == "COMPLETED")
+    return {"goal": plan.goal, "completed": done, "total": len(tasks), "tasks": tasks}

@@ -1,0 +1,274 @@
+"""The HTTP API on a real uvicorn server, with real Celery workers and a private Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from agentworker.celery_app import create_app
+from agentworker.eventstream import read_events
+from agentworker.http import TENANT_HEADER, create_http_app, sign, signed_headers
+from agentworker.local import ROOT, Fleet, RedisServer, free_port
+from agentworker.runtime import make_runner
+from agentworker.settings import Settings
+from stores import RedisAgentTurnStore
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "e2e-webhook-secret"
+BEARER = {"Authorization": "Bearer tok"}
+
+
+@pytest.fixture(scope="module")
+def env(redis_server: RedisServer) -> dict[str, str]:
+    return {
+        "AGENTWORKER_REDIS_URL": redis_server.url,
+        "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{redis_server.port}/2",
+        "AGENTWORKER_NAMESPACE": "http-" + uuid.uuid4().hex[:8],
+        "AGENTWORKER_AGENT_LOADER": "tests.e2e.agents:loader",
+        "AGENTWORKER_LEASE_SECONDS": "2",
+        "AGENTWORKER_STEP_TIME_LIMIT": "30",
+        "AGENTWORKER_VISIBILITY_TIMEOUT": "60",
+    }
+
+
+@pytest.fixture(scope="module")
+def settings(env: dict[str, str]) -> Settings:
+    values = {k.removeprefix("AGENTWORKER_").lower(): v for k, v in env.items()}
+    return Settings(**values, webhook_secret=SECRET)
+
+
+@pytest.fixture(scope="module")
+def fleet(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    f = Fleet(env, tmp_path_factory.mktemp("http-logs"))
+    f.start_worker("h1")
+    f.start_worker("h2")
+    try:
+        f.wait_ready()
+        yield f
+    finally:
+        f.stop()
+
+
+@pytest.fixture(scope="module")
+def base_url(settings: Settings, fleet: Fleet) -> Iterator[str]:
+    app = create_http_app(make_runner(settings, create_app(settings)), settings)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def store(settings: Settings) -> RedisAgentTurnStore:
+    return RedisAgentTurnStore(settings.redis_url, namespace=settings.namespace)
+
+
+@pytest.fixture
+def http(base_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        yield client
+
+
+def signed_post(
+    http: httpx.Client, path: str, payload: Any, request_id: str | None = None, **headers: str
+) -> httpx.Response:
+    body = json.dumps(payload).encode()
+    auth = signed_headers(SECRET, body, request_id or uuid.uuid4().hex)
+    return http.post(path, content=body, headers={**auth, **headers})
+
+
+def start(http: httpx.Client, **headers: str) -> str:
+    payload = {"agent": "e2e-approval", "input": f"pay {uuid.uuid4().hex[:6]}"}
+    answer = signed_post(http, "/turns", payload, **headers)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
+
+
+def wait_for(http: httpx.Client, turn_id: str, status: str, **headers: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        turn: dict[str, Any] = http.get(f"/turns/{turn_id}", headers=headers).json()
+        if turn["status"] == status:
+            return turn
+        time.sleep(0.05)
+    raise AssertionError(f"turn {turn_id} never reached {status}: {turn}")
+
+
+def approve(turn: dict[str, Any]) -> dict[str, Any]:
+    return {"command": "approve_tool", "call_id": turn["suspension"]["correlation_id"]}
+
+
+def test_an_approval_flow_driven_only_over_http(http: httpx.Client) -> None:
+    # Given a turn started over HTTP that the workers ran into its approval
+    turn_id = start(http)
+    waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL")
+    assert waiting["suspension"]["metadata"]["tool"] == "pay"
+    # When the reviewer's signed callback approves it
+    answer = signed_post(http, f"/turns/{turn_id}/resume", approve(waiting))
+    assert answer.status_code == 200, answer.text
+    # Then the workers finish the turn
+    done = wait_for(http, turn_id, "COMPLETED")
+    assert done["final_output"] == "done: paid 5.0"
+    assert done["counters"]["tool_calls"] == 1
+
+
+def test_refused_calls_change_nothing(http: httpx.Client, store: RedisAgentTurnStore) -> None:
+    # Given a tenant's turn waiting for approval
+    tenant = {TENANT_HEADER: "acme"}
+    turn_id = start(http, **tenant)
+    waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL", **tenant)
+    before = store.load(turn_id)
+    path = f"/turns/{turn_id}/resume"
+    body = json.dumps(approve(waiting)).encode()
+    now = int(time.time())
+
+    def post(request_id: str, signature: str, ts: int = now, **headers: str) -> int:
+        auth = {
+            "X-Agentworker-Timestamp": str(ts),
+            "X-Agentworker-Signature": signature,
+            "X-Agentworker-Request-Id": request_id,
+        }
+        answer = http.post(path, content=body, headers={**auth, **tenant, **headers})
+        assert answer.status_code < 500, answer.text
+        return answer.status_code
+
+    # When callers send bad signatures, a stale timestamp or the wrong tenant
+    assert post("r-bad", sign("not-the-secret", "r-bad", now, body)) == 401
+    assert post("r-zero", "sha256=" + "0" * 64) == 401
+    assert post("r-stale", sign(SECRET, "r-stale", now - 301, body), now - 301) == 401
+    globex = {TENANT_HEADER: "globex"}
+    assert post("r-tenant", sign(SECRET, "r-tenant", now, body), **globex) == 403
+    cancel = {**signed_headers(SECRET, b"", "r-cancel"), **globex}
+    assert http.post(f"/turns/{turn_id}/cancel", headers=cancel).status_code == 403
+    assert http.get(f"/turns/{turn_id}", headers=globex).status_code == 403
+    # and reuse a request id, spent on a resume that did not fit, for another body
+    wrong = signed_post(
+        http, path, {"command": "approve_tool", "call_id": "c9"}, "r-used", **tenant
+    )
+    assert wrong.status_code == 409 and "is not the one waiting" in wrong.text
+    assert post("r-used", sign(SECRET, "r-used", now, body)) == 409
+    # Then nothing changed
+    after = store.load(turn_id)
+    assert (after.version, after.status, after.cancel_requested, after.resume_log) == (
+        before.version,
+        before.status,
+        False,
+        [],
+    )
+    # And a good call works, while its captured signature under a fresh id does not
+    good = sign(SECRET, "r-good", now, body)
+    assert post("r-good", good) == 200
+    assert post("r-replay", good) == 401
+    log = store.load(turn_id).resume_log
+    assert [entry["metadata"]["request_id"] for entry in log] == ["r-good"]
+    wait_for(http, turn_id, "COMPLETED", **tenant)
+
+
+def test_the_same_signed_callback_twice_is_one_resume(
+    http: httpx.Client, store: RedisAgentTurnStore
+) -> None:
+    turn_id = start(http)
+    waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL")
+    body = json.dumps(approve(waiting)).encode()
+    headers = signed_headers(SECRET, body, "callback-1")
+
+    first = http.post(f"/turns/{turn_id}/resume", content=body, headers=headers)
+    second = http.post(f"/turns/{turn_id}/resume", content=body, headers=headers)
+
+    assert first.status_code == second.status_code == 200
+    assert second.json() == first.json()
+    assert second.headers["Idempotent-Replayed"] == "true"
+    wait_for(http, turn_id, "COMPLETED")
+    assert len(store.load(turn_id).resume_log) == 1
+
+
+def read_sse(
+    http: httpx.Client, turn_id: str, last_id: str | None, stop_after: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """Read SSE messages until ``stop_after`` (then drop the connection) or the end."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    got: list[tuple[str, dict[str, Any]]] = []
+    with http.stream("GET", f"/turns/{turn_id}/events", headers=headers) as response:
+        assert response.status_code == 200
+        fields: dict[str, str] = {}
+        for line in response.iter_lines():
+            if line and not line.startswith(":"):
+                key, _, value = line.partition(": ")
+                fields[key] = value
+                continue
+            if "id" in fields:
+                got.append((fields["id"], json.loads(fields["data"])))
+                if got[-1][1]["type"] == stop_after:
+                    return got  # leaving the block disconnects mid-stream
+            fields = {}
+    return got
+
+
+def test_the_event_stream_resumes_after_a_disconnect_without_gaps(
+    http: httpx.Client, settings: Settings, redis_server: RedisServer
+) -> None:
+    turn_id = start(http)
+    # Given a follower that read until the approval request, then lost its connection
+    first = read_sse(http, turn_id, None, stop_after="TURN_SUSPENDED")
+    waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL")
+    signed_post(http, f"/turns/{turn_id}/resume", approve(waiting))
+    # When it reconnects with the last id it saw
+    rest = read_sse(http, turn_id, first[-1][0], stop_after=None)
+    # Then it has every event of the stream exactly once, ending with the root's end
+    full = read_events(redis_server.client(), settings.namespace, turn_id, count=10_000)
+    assert first + rest == full
+    assert rest[-1][1]["type"] == "TURN_COMPLETED"
+    ids = [sid for sid, _ in first + rest]
+    assert len(set(ids)) == len(ids)
+    sequences = [(e["turn_id"], e["sequence"]) for _, e in first + rest]
+    assert len(set(sequences)) == len(sequences)
+    assert {e["data"]["status"] for _, e in rest} >= {"RUNNING", "COMPLETED"}
+    # and a reconnect after the end is told there is nothing more
+    ended = http.get(f"/turns/{turn_id}/events", headers={"Last-Event-ID": rest[-1][0]})
+    assert ended.status_code == 204
+
+
+def test_uvicorn_serves_the_module_level_app_from_the_environment(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "uvicorn.log"
+    command = [sys.executable, "-m", "uvicorn", "agentworker.http:app", "--port", str(port)]
+    full_env = {**os.environ, **env, "AGENTWORKER_API_TOKEN": "tok", "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, env=full_env, cwd=ROOT, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/turns/nope", headers=BEARER)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        else:
+            raise AssertionError(log.read_text())
+        assert answer.status_code == 404, answer.text
+        assert httpx.get(f"http://127.0.0.1:{port}/turns/nope").status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(10)
