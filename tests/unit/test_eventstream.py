@@ -266,7 +266,6 @@ def test_streams_live_in_the_tree_hash_slot() -> None:
     assert stream_key("ns", "abc") == "ns:events:{abc}"
 
 
-
 class _FailsOnce:
     """A client whose first XADD fails like a Redis that went away for a moment."""
 
