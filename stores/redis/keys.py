@@ -22,7 +22,8 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:{T}:h:I``                     hash     the turn header: ``body`` (the snapshot without its
                                             messages, JSON, with ``schema_version``), ``sv``
                                             (record version) and the control fields the scripts
-                                            own: version, status, lease, cancel flag, counts
+                                            own: version, status, lease, cancel flag, message
+                                            count and last id, waited-on children, request ids
 ``ns:{T}:m:I``                     list     the messages, one JSON document each, append-only
 ``ns:{T}:k:I``                     list     ids of I's direct children, oldest first
 ``ns:{T}:runnable``                zset     id -> since when runnable: READY and RUNNING turns,
