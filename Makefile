@@ -42,6 +42,7 @@ demo-fleet: $(STAMP) redis-check  ## Two Celery workers + beat on a local Redis 
 bench: $(STAMP)  ## Benchmarks (not tests): µs per step, turns/s
 
 	@$(PY) -m benchmarks.step_bench
+	@$(PY) -m benchmarks.redis_bench
 
 chaos: $(STAMP)  ## Slow crash and soak tests
 	@$(PY) -m pytest -m chaos
