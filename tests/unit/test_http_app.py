@@ -19,6 +19,7 @@ from agentworker.settings import Settings
 from runner_core import (
     AgentConversationBusyException,
     AgentNotFoundError,
+    AgentResumeCommand,
     AgentRunner,
     AgentTurnStatus,
     ConcurrentModificationError,
@@ -231,7 +232,10 @@ def test_the_bearer_token_reads_and_writes(http: TestClient, runner: AgentRunner
 def parse_sse(text: str) -> list[tuple[str, str, dict[str, Any]]]:
     messages = []
     for block in text.strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        lines = [line for line in block.splitlines() if not line.startswith(":")]
+        if not lines:
+            continue  # a keep-alive comment
+        fields = dict(line.split(": ", 1) for line in lines)
         messages.append((fields["id"], fields["event"], json.loads(fields["data"])))
     return messages
 
@@ -255,6 +259,24 @@ def test_the_event_stream_resumes_after_last_event_id(
     assert api.get(f"/turns/{turn_id}/events", **{"Last-Event-ID": full[-1][0]}).status_code == 204
     bad = api.get(f"/turns/{turn_id}/events", **{"Last-Event-ID": "yesterday"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "Last-Event-ID"
+
+
+def test_the_event_stream_ends_when_the_tree_ended_without_a_streamed_end(
+    api: Api, runner: AgentRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentworker.http import sse
+
+    turn_id = start(api)
+    for listener in list(runner.events._listeners):  # the workers stream nothing more
+        runner.remove_event_listener(listener)
+    runner.resume(turn_id, AgentResumeCommand.approve_tool("c1"))
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.1)
+    monkeypatch.setattr(sse, "BLOCK_MS", 50)
+
+    answer = api.get(f"/turns/{turn_id}/events")
+
+    assert answer.status_code == 200
+    assert parse_sse(answer.text)[-1][1] == "TURN_SUSPENDED"
 
 
 def test_the_app_refuses_to_run_without_credentials(runner: AgentRunner) -> None:
