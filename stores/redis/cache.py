@@ -25,12 +25,14 @@ class Known:
 
 
 class TurnCache:
-    """A thread-safe LRU of ``Known`` entries."""
+    """A thread-safe LRU of ``Known`` entries; only the latest few keep their messages."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, with_messages: int = 256) -> None:
         self._size = max(1, size)
+        self._with_messages = max(0, with_messages)
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, Known] = OrderedDict()
+        self._holding: OrderedDict[str, None] = OrderedDict()  # entries with messages
 
     def get(self, turn_id: str) -> Known | None:
         """The entry, if any (marks it recently used)."""
@@ -46,9 +48,21 @@ class TurnCache:
             self._entries[turn_id] = known
             self._entries.move_to_end(turn_id)
             while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+                gone, _ = self._entries.popitem(last=False)
+                self._holding.pop(gone, None)
+            if known.messages is None:
+                self._holding.pop(turn_id, None)
+                return
+            self._holding[turn_id] = None
+            self._holding.move_to_end(turn_id)
+            while len(self._holding) > self._with_messages:
+                oldest, _ = self._holding.popitem(last=False)
+                entry = self._entries.get(oldest)
+                if entry is not None:
+                    entry.messages = None
 
     def forget(self, turn_id: str) -> None:
         """Drop an entry (the turn was expired)."""
         with self._lock:
             self._entries.pop(turn_id, None)
+            self._holding.pop(turn_id, None)

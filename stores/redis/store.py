@@ -430,8 +430,9 @@ class RedisAgentTurnStore:
     ) -> None:
         msgs = s.messages
         cached = None
-        if known is not None and known.messages is not None and len(known.messages) == stored:
-            cached = known.messages + tuple(msgs[stored:])
+        prefix = known.messages if known is not None else None
+        if prefix is not None and len(prefix) == stored and not s.status.is_terminal:
+            cached = prefix + tuple(msgs[stored:])
         self.cache.put(s.id, Known(tag, len(msgs), msgs[-1].id if msgs else "", cached))
         for child in children:
             cm = tuple(child.messages)

@@ -275,3 +275,18 @@ def test_a_save_sends_only_the_new_messages(redis_server: RedisServer, namespace
     assert len(documents) == 1 and b'"new"' in documents[0]
     assert sum(len(a) if isinstance(a, bytes) else len(str(a)) for a in args) < 2_000
     assert store.redis.llen(store.keys.messages(store.tag_of(s.id), s.id)) == 101
+
+
+def test_the_process_cache_keeps_messages_of_the_latest_turns_only() -> None:
+    from stores.redis.cache import Known, TurnCache
+
+    cache = TurnCache(size=3, with_messages=1)
+    hello = (UserMessage("hi"),)
+    cache.put("a", Known("t", 1, hello[0].id, hello))
+    cache.put("b", Known("t", 1, hello[0].id, hello))
+    a, b = cache.get("a"), cache.get("b")
+    assert a is not None and a.messages is None and a.tag == "t"  # still knows the tag
+    assert b is not None and b.messages == hello
+    for turn_id in "cde":
+        cache.put(turn_id, Known("t"))
+    assert cache.get("a") is None and cache.get("e") is not None
