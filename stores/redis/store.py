@@ -418,7 +418,11 @@ class RedisAgentTurnStore:
         for child in children:
             keys += k.write_keys(tag, child.id, child.parent_turn_id)
             args += turn_block(child, -1, 0)
-        return self.scripts.run("save_tree", keys, args)
+        # children need their id -> tag index entry, like any created turn, so that a
+        # process that did not create them can find them
+        index = [("SET", k.turn_index(c.id), tag, "NX") for c in children]
+        return self.scripts.pipelined([(self.scripts["save_tree"], keys, args)], index)[-1]
+
 
     def _remember_save(
         self,
