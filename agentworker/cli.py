@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
+import redis
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -65,45 +66,30 @@ def list_turns(
     lister = getattr(store, "list_turns", None)
     if lister is None:
         raise _fail(TypeError(f"{type(store).__name__} cannot list turns"))
-    rows = [
-        _summary(r)
-        for r in lister(status=status, limit=limit if not (agent or conversation) else 10_000)
-    ]
+    filtered = agent is not None or conversation is not None
     rows = [
         r
-        for r in rows
-        if (agent is None or r["agent_id"] == agent)
-        and (conversation is None or r.get("conversation_id") == conversation)
+        for r in lister(status=status, limit=10_000 if filtered else limit)
+        if (agent is None or r.agent_id == agent)
+        and (conversation is None or r.conversation_id == conversation)
     ][:limit]
     table = Table()
-    for column in ("turn", "agent", "status", "phase", "steps", "tokens", "conversation", "parent"):
+    for column in ("turn", "agent", "status", "version", "conversation", "parent", "leased by"):
         table.add_column(column)
     for r in rows:
         table.add_row(
-            r["id"],
-            r["agent_id"],
-            _status(r["status"]),
-            r.get("phase", ""),
-            str(r.get("step_count", "")),
-            str(r.get("total_tokens", "")),
-            r.get("conversation_id") or "",
-            (r.get("parent_turn_id") or "")[:12],
+            r.turn_id,
+            r.agent_id,
+            _status(r.status),
+            str(r.version),
+            r.conversation_id or "",
+            (r.parent_turn_id or "")[:12],
+            r.lease_owner or "",
         )
     console.print(table)
 
 
-def _summary(row: Any) -> dict[str, Any]:
-    if isinstance(row, AgentTurnSnapshot):
-        return {
-            **row.model_dump(mode="json", exclude={"messages"}),
-            "total_tokens": row.usage.total_tokens,
-        }
-    if isinstance(row, dict):
-        return row
-    return dict(vars(row))
-
-
-def _status(status: str) -> str:
+def _status(status: str | AgentTurnStatus) -> str:
     s = AgentTurnStatus(status)
     color = "green" if s is AgentTurnStatus.COMPLETED else "red" if s.is_terminal else "yellow"
     return f"[{color}]{s.value}[/]"
@@ -144,6 +130,33 @@ def _add_children(runner: AgentRunner, tree: Tree, turn_id: str) -> None:
     for child_id in runner.store.children_of(turn_id):
         child = runner.store.load(child_id)
         _add_children(runner, tree.add(_label(child)), child_id)
+
+
+@turns.command("tail")
+def tail(
+    turn_id: str,
+    after: Annotated[str, typer.Option(help="Resume after this stream id.")] = "0-0",
+    timeout: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+) -> None:
+    """Follow the live events of a turn's tree until its root ends."""
+    from agentworker.eventstream import follow
+    from agentworker.settings import Settings
+
+    settings = Settings()
+    runner = _runner()
+    try:
+        root_id = runner.store.load(turn_id).root_turn_id
+    except AgentWorkerError as exc:
+        raise _fail(exc) from exc
+    client = redis.Redis.from_url(settings.redis_url)
+    for stream_id, event in follow(client, settings.namespace, root_id, after, timeout):
+        data = event.get("data") or {}
+        detail = data.get("tool") or data.get("reason") or data.get("message") or ""
+        console.print(
+            f"[dim]{stream_id}[/] {event['agent_id']:<16} {event['turn_id'][:8]} "
+            f"{event['type']:<24} {data.get('status', '')} {detail}",
+            highlight=False,
+        )
 
 
 @turns.command("resume")
