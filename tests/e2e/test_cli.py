@@ -51,7 +51,7 @@ def test_show_draws_the_tree_with_children(runner: AgentRunner) -> None:
 
     assert code == 0
     assert len(children) == 3 and all(child in out for child in children)
-    assert out.count("COMPLETED") == 4
+    assert out.count("COMPLETED phase MODEL") == 4  # the root and its three children
     assert "parts: COMPLETED, COMPLETED, COMPLETED" in out
 
 
