@@ -3,14 +3,16 @@
 Starts its own redis-server (AOF on, appendfsync everysec, as in production) on a free
 loopback port and prints, with 10, 100 and 400 messages of attached history: µs per step,
 Redis round trips per step (a counting connection: one per command or pipeline sent),
-bytes sent to Redis per step, and bytes appended to the AOF per step.
+bytes sent to Redis per step, and bytes appended to the AOF per step; each for whole turns
+and for the steps alone (without creating the turn, which stores its history once).
+Sizes are interleaved over many short rounds and the best round counts, as other
+processes on the machine make single rounds noisy.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import os
 import shutil
 import socket
 import subprocess
@@ -96,28 +98,30 @@ class Workload:
         """Run ``turns`` turns; per-step figures with and without the turns' creation."""
         gc.collect()
         created = stepped = 0.0
-        rt_created = rt_stepped = steps = 0
-        Counter.bytes_sent = 0
-        aof_before = aof_bytes(directory)
+        totals = dict.fromkeys(("rt", "sent", "aof", "rt_steps", "sent_steps", "aof_steps"), 0)
+        steps = 0
         for _ in range(turns):
-            rt0, t0 = Counter.round_trips, time.perf_counter()
+            t0, before = time.perf_counter(), self._meters(directory)
             turn = self.runner.start(self.agent, "go", history=self.attached)
-            rt1, t1 = Counter.round_trips, time.perf_counter()
+            t1, middle = time.perf_counter(), self._meters(directory)
             self.runner.run_until_blocked(turn)
-            stepped += time.perf_counter() - t1
-            created += t1 - t0
-            rt_created += rt1 - rt0
-            rt_stepped += Counter.round_trips - rt1
+            t2, after = time.perf_counter(), self._meters(directory)
+            created, stepped = created + t1 - t0, stepped + t2 - t1
+            for name, start, mid, end in zip(
+                ("rt", "sent", "aof"), before, middle, after, strict=True
+            ):
+                totals[name] += end - start
+                totals[f"{name}_steps"] += end - mid
             steps += turn.step_count
         assert turn.final_output == "done" and turn.tool_call_count == TOOL_CALLS
-        return {
-            "us": (created + stepped) / steps * 1e6,
-            "us_steps": stepped / steps * 1e6,
-            "rt": (rt_created + rt_stepped) / steps,
-            "rt_steps": rt_stepped / steps,
-            "sent": Counter.bytes_sent / steps,
-            "aof": (aof_bytes(directory) - aof_before) / steps,
-        }
+        result = {name: value / steps for name, value in totals.items()}
+        result["us"] = (created + stepped) / steps * 1e6
+        result["us_steps"] = stepped / steps * 1e6
+        return result
+
+    @staticmethod
+    def _meters(directory: Path) -> tuple[int, int, int]:
+        return Counter.round_trips, Counter.bytes_sent, aof_bytes(directory)
 
 
 def measure(port: int, directory: Path, turns: int, rounds: int) -> dict[int, dict[str, float]]:
@@ -140,37 +144,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=20, help="turns per round")
     parser.add_argument("--rounds", type=int, default=12, help="rounds; the best counts")
-    parser.add_argument(
-        "--pin", action="store_true", help="pin client and server to CPU 0 (no cross-CPU wake-ups)"
-    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="redis-bench-") as tmp:
         directory = Path(tmp)
         process, port = start_server(directory)
-        if args.pin:
-            os.sched_setaffinity(process.pid, {0})
-            os.sched_setaffinity(0, {0})
         try:
             results = measure(port, directory, args.turns, args.rounds)
         finally:
             process.terminate()
             process.wait(10)
-    report(results, args.pin)
+    report(results)
 
 
-def report(results: dict[int, dict[str, float]], pinned: bool) -> None:
+def report(results: dict[int, dict[str, float]]) -> None:
     """Print one line per history size, then targets and peers."""
-    where = "pinned to one CPU" if pinned else "not pinned"
     print(
         f"10-tool turn ({TOOL_CALLS + 1} model calls, {TOOL_CALLS} tool calls, 21 steps), "
-        f"FunctionModel, RedisAgentTurnStore, local redis-server (AOF everysec), {where}"
+        "FunctionModel, RedisAgentTurnStore, local redis-server (AOF everysec)"
     )
     first = results[HISTORIES[0]]
     for history, r in results.items():
         print(
             f"  history {history:>3}: {r['us']:5.0f} µs/step ({r['us_steps']:3.0f} steps alone)"
             f"  {r['rt']:.2f} round trips/step ({r['rt_steps']:.2f})"
-            f"  {r['sent'] / 1024:4.1f} KB sent/step  {r['aof'] / 1024:4.1f} KB AOF/step"
+            f"  KB sent/step {r['sent'] / 1024:4.1f} ({r['sent_steps'] / 1024:3.1f})"
+            f"  KB AOF/step {r['aof'] / 1024:4.1f} ({r['aof_steps'] / 1024:3.1f})"
             f"  {r['us'] / first['us']:.2f}x ({r['us_steps'] / first['us_steps']:.2f}x) of "
             f"{HISTORIES[0]}"
         )
