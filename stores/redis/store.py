@@ -22,15 +22,12 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 
 from redis import Redis
 
 from runner_core.errors import (
-    AgentConversationBusyException,
-    HistoryRewrittenError,
     SnapshotCorruptedError,
     TurnNotFoundError,
 )
@@ -38,12 +35,13 @@ from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
 from runner_core.status import AgentTurnStatus
 from runner_core.store import SaveResult, TurnControl
+from stores.redis import writes
 from stores.redis.cache import Known, TurnCache
-from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text, turn_block
+from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
 from stores.redis.connection import Guard, connect
 from stores.redis.keys import Keyspace
 from stores.redis.scans import Scanner
-from stores.redis.scripts import Loaded, Mismatch, Scripts, answered, code_of, loaded, saved
+from stores.redis.scripts import Loaded, Scripts, answered, code_of, loaded
 
 log = logging.getLogger("stores.redis")
 
@@ -103,8 +101,8 @@ class RedisAgentTurnStore:
         """Create (``expected_version=-1``) or compare-and-set update; one round trip."""
         with self.guard:
             if expected_version == -1:
-                return self._create(snapshot)
-            return self._update(snapshot, expected_version, ())
+                return writes.create(self, snapshot)
+            return writes.update(self, snapshot, expected_version, ())
 
     def save_parent_and_children(
         self,
@@ -114,7 +112,7 @@ class RedisAgentTurnStore:
     ) -> SaveResult:
         """Update the parent and create its children in one script (all checked first)."""
         with self.guard:
-            return self._update(parent, expected_parent_version, children)
+            return writes.update(self, parent, expected_parent_version, children)
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn; ``TurnNotFoundError`` if unknown."""
@@ -348,105 +346,3 @@ class RedisAgentTurnStore:
         snapshot = snapshot_of(turn_id, fields, list(messages))
         self.cache.put(turn_id, Known(tag, stored, last, messages))
         return snapshot
-
-    # -- the write path ------------------------------------------------------------------
-    def _create(self, s: AgentTurnSnapshot) -> SaveResult:
-        tag = self._new_tag(s)
-        k = self.keys
-        keys = k.tag_keys(tag) + k.write_keys(tag, s.id, s.parent_turn_id)
-        stamp = repr(time.time())
-        before = [
-            ("SET", k.turn_index(s.id), tag, "NX"),
-            ("ZADD", k.partitions, stamp, tag),
-            ("ZADD", k.retained, stamp, tag),
-        ]
-        call = (self.scripts["create"], keys, [self.request_id(), *turn_block(s, -1, 0)])
-        replies = self.scripts.pipelined([call], before)
-        try:
-            result = saved(replies[-1], s.conversation_id)
-        except AgentConversationBusyException:
-            if replies[0]:  # the index entry is ours: no turn was created
-                self.redis.delete(k.turn_index(s.id))
-            raise
-        assert isinstance(result, SaveResult)
-        messages = tuple(s.messages)
-        last = messages[-1].id if messages else ""
-        self.cache.put(s.id, Known(tag, len(messages), last, messages))
-        return result
-
-    def _new_tag(self, s: AgentTurnSnapshot) -> str:
-        """A root's tag from the snapshot; a child's is its parent's (or its root's)."""
-        if s.parent_turn_id is None:
-            return self.keys.root_tag(s.id, s.conversation_id)
-        for ref in (s.parent_turn_id, s.root_turn_id):
-            try:
-                return self.tag_of(ref)
-            except TurnNotFoundError:
-                continue
-        return self.keys.root_tag(s.root_turn_id, None)
-
-    def _update(
-        self, s: AgentTurnSnapshot, expected: int, children: Sequence[AgentTurnSnapshot]
-    ) -> SaveResult:
-        tag = self.tag_of(s.id)
-        known = self.cache.get(s.id)
-        count = len(s.messages)
-        stored = known.stored if known is not None and 0 <= known.stored <= count else count
-        for _ in range(2):
-            result = saved(self._save_call(tag, s, expected, stored, children))
-            if isinstance(result, SaveResult):
-                self._remember_save(tag, s, known, stored, children)
-                return result
-            _check_prefix(s, result)
-            stored = result.stored
-        raise HistoryRewrittenError(s.id, "the stored message count kept changing")
-
-    def _save_call(
-        self,
-        tag: str,
-        s: AgentTurnSnapshot,
-        expected: int,
-        stored: int,
-        children: Sequence[AgentTurnSnapshot],
-    ) -> object:
-        k = self.keys
-        keys = k.tag_keys(tag) + k.write_keys(tag, s.id, None)
-        block = turn_block(s, expected, stored)
-        if not children:
-            return self.scripts.run("save", keys[:8], [self.request_id(), *block])
-        args: list[Arg] = [self.request_id(), str(len(children)), *block]
-        for child in children:
-            keys += k.write_keys(tag, child.id, child.parent_turn_id)
-            args += turn_block(child, -1, 0)
-        # children need their id -> tag index entry, like any created turn, so that a
-        # process that did not create them can find them
-        index = [("SET", k.turn_index(c.id), tag, "NX") for c in children]
-        return self.scripts.pipelined([(self.scripts["save_tree"], keys, args)], index)[-1]
-
-
-    def _remember_save(
-        self,
-        tag: str,
-        s: AgentTurnSnapshot,
-        known: Known | None,
-        stored: int,
-        children: Sequence[AgentTurnSnapshot],
-    ) -> None:
-        msgs = s.messages
-        cached = None
-        prefix = known.messages if known is not None else None
-        if prefix is not None and len(prefix) == stored and not s.status.is_terminal:
-            cached = prefix + tuple(msgs[stored:])
-        self.cache.put(s.id, Known(tag, len(msgs), msgs[-1].id if msgs else "", cached))
-        for child in children:
-            cm = tuple(child.messages)
-            self.cache.put(child.id, Known(tag, len(cm), cm[-1].id if cm else "", cm))
-
-
-def _check_prefix(s: AgentTurnSnapshot, mismatch: Mismatch) -> None:
-    """After a count mismatch: the snapshot must still hold the stored messages."""
-    n = mismatch.stored
-    if len(s.messages) < n or (n and s.messages[n - 1].id != mismatch.last_id):
-        raise HistoryRewrittenError(
-            s.id, f"save has {len(s.messages)} messages, the {n} stored ones differ"
-        )
