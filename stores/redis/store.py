@@ -13,8 +13,8 @@ Redis server settings for production (see ``deploy/REDIS.md``):
   worker) or ``appendfsync always`` (nothing acknowledged is ever lost, slower writes).
 * ``maxmemory-policy noeviction``: evicting a turn's header or messages would corrupt it;
   a full Redis must refuse writes instead. Retention (``expire_terminal``) frees memory.
-* Replicas and failover: a failover may lose acknowledged writes (asynchronous replication);
-  use ``WAIT``-free single-primary deployments or accept replaying a few steps.
+* Replication is asynchronous: a failover may lose the last acknowledged writes. Fencing
+  still holds (versions and leases); a few steps may be replayed.
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from runner_core.errors import (
-    SnapshotCorruptedError,
-    TurnNotFoundError,
-)
+from runner_core.errors import SnapshotCorruptedError, TurnNotFoundError
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
 from runner_core.status import AgentTurnStatus
