@@ -87,23 +87,29 @@ class Scripts:
         return self.by_name[name](keys=keys, args=args)
 
     def pipelined(self, calls: Sequence[Call], before: Sequence[Sequence[Arg]] = ()) -> list[Any]:
-        """Plain commands, then script calls, in one round trip; replies of all, in order."""
-        for attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            for command in before:
-                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-            for script, keys, args in calls:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            if attempt == 1 and any(isinstance(r, NoScriptError) for r in replies):
-                for script, _, _ in calls:
-                    script.sha = self.redis.script_load(script.script)
-                continue
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            return replies
-        raise AssertionError("unreachable")
+        """Plain commands, then script calls, in one round trip; replies of all, in order.
+
+        On NOSCRIPT (an empty script cache after a restart) the scripts are loaded and only
+        the script calls are sent again: the plain commands ran once, their replies stand.
+        """
+        replies = self._send(calls, before)
+        if any(isinstance(r, NoScriptError) for r in replies[len(before) :]):
+            for script, _, _ in calls:
+                script.sha = self.redis.script_load(script.script)
+            replies = replies[: len(before)] + self._send(calls, ())
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _send(self, calls: Sequence[Call], before: Sequence[Sequence[Arg]]) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for command in before:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        for script, keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
 
 
 def code_of(reply: Any) -> str:

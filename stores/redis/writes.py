@@ -21,7 +21,7 @@ from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.store import SaveResult
 from stores.redis.cache import Known
 from stores.redis.codec import Arg, turn_block
-from stores.redis.scripts import Mismatch, saved
+from stores.redis.scripts import Mismatch, code_of, saved
 
 if TYPE_CHECKING:
     from stores.redis.store import RedisAgentTurnStore
@@ -107,7 +107,12 @@ def _save_call(
     # children need their id -> tag index entry, like any created turn, so that a
     # process that did not create them can find them
     index = [("SET", k.turn_index(c.id), tag, "NX") for c in children]
-    return store.scripts.pipelined([(store.scripts["save_tree"], keys, args)], index)[-1]
+    replies = store.scripts.pipelined([(store.scripts["save_tree"], keys, args)], index)
+    if code_of(replies[-1]) not in ("OK", "MISMATCH"):  # nothing created: drop our entries
+        ours = [k.turn_index(c.id) for c, set_ in zip(children, replies, strict=False) if set_]
+        if ours:
+            store.redis.delete(*ours)
+    return replies[-1]
 
 
 def _remember_save(

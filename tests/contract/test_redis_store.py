@@ -290,3 +290,26 @@ def test_the_process_cache_keeps_messages_of_the_latest_turns_only() -> None:
     for turn_id in "cde":
         cache.put(turn_id, Known("t"))
     assert cache.get("a") is None and cache.get("e") is not None
+
+
+def test_a_refused_tree_save_leaves_no_index_entries(redis_store: RedisAgentTurnStore) -> None:
+    parent = snap()
+    redis_store.save(parent, -1)
+    kid = child_of(parent)
+    waiting_for(parent, kid)
+    with pytest.raises(Exception, match="modified concurrently"):
+        redis_store.save_parent_and_children(parent, 7, [kid])
+    assert redis_store.redis.exists(redis_store.keys.turn_index(kid.id)) == 0
+    redis_store.save_parent_and_children(parent, 0, [kid])
+    assert redis_store.redis.exists(redis_store.keys.turn_index(kid.id)) == 1
+
+
+def test_a_busy_create_right_after_a_script_flush_leaves_no_index_entry(
+    redis_store: RedisAgentTurnStore,
+) -> None:
+    redis_store.save(snap(conversation_id="c"), -1)
+    redis_store.redis.script_flush()  # the create below meets NOSCRIPT, then is busy
+    late = snap(conversation_id="c")
+    with pytest.raises(AgentConversationBusyException):
+        redis_store.save(late, -1)
+    assert redis_store.redis.exists(redis_store.keys.turn_index(late.id)) == 0
