@@ -172,16 +172,21 @@ class _Step:
             output_tokens=response.usage.output_tokens,
             tool_calls=[c.name for c in message.tool_calls],
         )
-        if self.k.control(turn).cancel_requested:
+        # The cancel flag is re-read after the model call: by a peek before a final answer,
+        # by the save that records the tool calls otherwise (one round trip, not two).
+        final = not message.tool_calls
+        if final and self.k.control(turn).cancel_requested:
             return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         if reason := budget.after_model(st, self.policy.budget, self.k.store.now):
             return Finish(Status.BUDGET_EXCEEDED, reason)
-        if not message.tool_calls:
+        if final:
             st.final_output = message.text or ""
             return Finish(Status.COMPLETED)
         st.phase = Phase.TOOLS
-        self.k.save(turn)
+        if self.k.save(turn).cancel_requested:
+            return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         return Continue()
+
 
     def _call_model(self, request: ModelRequest) -> ModelResponse:
         model = self.turn.agent.model
