@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-fleet test lint typecheck bench chaos check clean help redis-check
+.PHONY: demo demo-fleet test lint typecheck bench chaos check clean help redis-check flower
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -38,6 +38,15 @@ check: lint typecheck test  ## Everything CI cares about
 
 demo-fleet: $(STAMP) redis-check  ## Two Celery workers + beat on a local Redis run 50 turns
 	@$(PY) -m agentworker.fleet
+
+flower: $(STAMP)  ## Flower on the configured broker (FLOWER_PASSWORD required, FLOWER_USER=ops)
+	@test -n "$$FLOWER_PASSWORD" || { \
+	  echo "FLOWER_PASSWORD is not set: Flower is never started without basic auth."; exit 1; }
+	@case "$${FLOWER_USER:-ops}:$$FLOWER_PASSWORD" in *,*) \
+	  echo "FLOWER_USER/FLOWER_PASSWORD must not contain ',' (Flower splits its credentials on it)."; \
+	  exit 1;; esac
+	@FLOWER_BASIC_AUTH="$${FLOWER_USER:-ops}:$$FLOWER_PASSWORD" \
+	  exec $(VENV)/bin/celery -A agentworker flower --port=$${FLOWER_PORT:-5555} --address=$${FLOWER_ADDRESS:-127.0.0.1}
 
 bench: $(STAMP)  ## Benchmarks (not tests): µs per step, turns/s
 
