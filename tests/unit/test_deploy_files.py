@@ -1,0 +1,318 @@
+"""docker-compose.yml and deploy/Dockerfile agree with the code they deploy.
+
+No Docker needed: the compose file is loaded with PyYAML and checked against the parts of
+the Compose Specification that can be written down without its JSON schema, and against
+``Settings``; the Dockerfile is checked against pyproject's package list.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentworker.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+PYPROJECT = ROOT / "pyproject.toml"
+
+# Compose Specification: the top-level elements (plus x-* extensions).
+TOP_LEVEL = {"version", "name", "services", "networks", "volumes", "configs", "secrets"}
+# The service attributes this project may use (a deliberate subset of the specification).
+SERVICE_KEYS = {
+    "build",
+    "command",
+    "container_name",
+    "depends_on",
+    "deploy",
+    "entrypoint",
+    "env_file",
+    "environment",
+    "expose",
+    "healthcheck",
+    "image",
+    "init",
+    "labels",
+    "logging",
+    "networks",
+    "ports",
+    "profiles",
+    "restart",
+    "stop_grace_period",
+    "stop_signal",
+    "user",
+    "volumes",
+    "working_dir",
+}
+BUILD_KEYS = {"context", "dockerfile", "args", "target", "labels", "cache_from", "network"}
+HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval"}
+DEPLOY_KEYS = {"mode", "replicas", "resources", "restart_policy", "labels", "placement"}
+DEPENDS_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+RESTART = {"no", "always", "on-failure", "unless-stopped"}
+DURATION = re.compile(r"^(\d+(\.\d+)?(us|ms|s|m|h))+$")
+SERVICE_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+PROFILE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+CELERY_SERVICES = {"worker": "worker", "beat": "beat", "flower": "flower"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict), "docker-compose.yml is not a mapping"
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = compose.get("services")
+    assert isinstance(found, dict) and found, "no services"
+    return found
+
+
+def argv(service: dict[str, Any]) -> list[str]:
+    """The service's command as Compose runs it (a string is split like a shell would)."""
+    command = service.get("command")
+    if isinstance(command, list):
+        return [str(c) for c in command]
+    assert isinstance(command, str), f"no command: {service}"
+    return shlex.split(command)
+
+
+def env_names() -> set[str]:
+    """Every environment variable ``Settings`` reads."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    names = set()
+    for field_name, field in Settings.model_fields.items():
+        names.add((prefix + field_name).upper())
+        if isinstance(field.validation_alias, str):
+            names.add(field.validation_alias.upper())
+    return names
+
+
+def top_level_packages() -> set[str]:
+    packages = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"]
+    return {p.split(".")[0] for p in packages}
+
+
+def dockerfile_copies() -> list[tuple[list[str], str]]:
+    """``(sources, destination)`` of every COPY (continuation lines joined)."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    copies = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0].upper() == "COPY":
+            args = [w for w in words[1:] if not w.startswith("--")]
+            copies.append((args[:-1], args[-1]))
+    return copies
+
+
+# --- docker-compose.yml: the Compose Specification's structure --------------------------
+
+
+def test_compose_top_level_keys_are_from_the_specification(compose: dict[str, Any]) -> None:
+    unknown = {k for k in compose if k not in TOP_LEVEL and not str(k).startswith("x-")}
+    assert not unknown, f"not Compose Specification top-level elements: {sorted(unknown)}"
+    assert PROJECT_NAME.match(str(compose.get("name", "agentworker")))
+    for section in ("networks", "volumes", "configs", "secrets"):
+        value = compose.get(section)
+        assert value is None or isinstance(value, dict), section
+
+
+def test_compose_services_use_only_known_attributes(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        assert SERVICE_NAME.match(name), name
+        assert isinstance(service, dict), name
+        unknown = {k for k in service if k not in SERVICE_KEYS and not k.startswith("x-")}
+        assert not unknown, f"{name}: unknown attributes {sorted(unknown)}"
+        assert "image" in service or "build" in service, f"{name}: neither image nor build"
+        command = service.get("command")
+        assert command is None or isinstance(command, str | list), name
+        if "restart" in service:
+            assert str(service["restart"]).split(":")[0] in RESTART, name
+        if "stop_grace_period" in service:
+            assert DURATION.match(str(service["stop_grace_period"])), name
+        for profile in service.get("profiles", []):
+            assert isinstance(profile, str) and PROFILE.match(profile), (name, profile)
+        for port in service.get("ports", []):
+            assert isinstance(port, str | int | dict), (name, port)
+        if "deploy" in service:
+            deploy = service["deploy"]
+            assert isinstance(deploy, dict) and set(deploy) <= DEPLOY_KEYS, (name, deploy)
+            assert isinstance(deploy.get("replicas", 1), int), name
+
+
+def test_compose_healthchecks_are_well_formed(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        check = service.get("healthcheck")
+        if check is None:
+            continue
+        assert isinstance(check, dict) and set(check) <= HEALTHCHECK_KEYS | {"disable"}, name
+        test = check.get("test")
+        assert isinstance(test, str) or (
+            isinstance(test, list) and test and test[0] in {"NONE", "CMD", "CMD-SHELL"}
+        ), (name, test)
+        for key in ("interval", "timeout", "start_period", "start_interval"):
+            if key in check:
+                assert DURATION.match(str(check[key])), (name, key)
+        assert isinstance(check.get("retries", 1), int), name
+
+
+def test_compose_depends_on_names_existing_services(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        depends = service.get("depends_on", {})
+        if isinstance(depends, list):
+            depends = {d: {"condition": "service_started"} for d in depends}
+        assert isinstance(depends, dict), name
+        for target, spec in depends.items():
+            assert target in services, f"{name} depends on unknown service {target!r}"
+            assert target != name, f"{name} depends on itself"
+            condition = (spec or {}).get("condition", "service_started")
+            assert condition in DEPENDS_CONDITIONS, (name, condition)
+            if condition == "service_healthy":
+                assert "healthcheck" in services[target], f"{target} has no healthcheck"
+
+
+def test_compose_named_volumes_are_declared(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    declared = set(compose.get("volumes") or {})
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0] if isinstance(volume, str) else volume.get("source")
+            if source and not source.startswith((".", "/", "~", "$")):
+                assert source in declared, f"{name}: volume {source!r} is not declared"
+
+
+def test_compose_build_contexts_and_dockerfiles_exist(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        build = service.get("build")
+        if build is None:
+            continue
+        if isinstance(build, str):
+            build = {"context": build}
+        assert set(build) <= BUILD_KEYS, (name, build)
+        context = (ROOT / build.get("context", ".")).resolve()
+        assert context.is_dir(), f"{name}: build context {context} does not exist"
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert dockerfile.is_file(), f"{name}: {dockerfile} does not exist"
+
+
+# --- docker-compose.yml: this deployment -------------------------------------------------
+
+
+def test_compose_has_the_fleet(services: dict[str, dict[str, Any]]) -> None:
+    assert {"redis", "worker", "beat", "flower", "producer"} <= set(services)
+
+
+def test_redis_is_durable_and_never_evicts(services: dict[str, dict[str, Any]]) -> None:
+    command = " ".join(argv(services["redis"]))
+    assert argv(services["redis"])[0] == "redis-server"
+    assert "--appendonly yes" in command
+    assert "--maxmemory-policy noeviction" in command
+    assert "healthcheck" in services["redis"]
+
+
+def test_celery_roles_run_the_agentworker_app(services: dict[str, dict[str, Any]]) -> None:
+    for name, role in CELERY_SERVICES.items():
+        args = argv(services[name])
+        assert args[:4] == ["celery", "-A", "agentworker", role], (name, args)
+
+
+def test_workers_consume_the_step_and_sweep_queues(services: dict[str, dict[str, Any]]) -> None:
+    args = argv(services["worker"])
+    queues = next(a.split("=", 1)[1] for a in args if a.startswith(("--queues=", "-Q")))
+    # The compose environment leaves the queue names at their defaults.
+    defaults = {Settings.model_fields[f].default for f in ("step_queue", "sweep_queue")}
+    assert set(queues.split(",")) == defaults
+
+
+def test_flower_requires_basic_auth_from_the_environment(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    auth = [a for a in argv(services["flower"]) if a.startswith("--basic-auth=")]
+    assert len(auth) == 1, "flower runs without --basic-auth"
+    # The password comes from the environment, never written into the file.
+    assert "${FLOWER_PASSWORD" in auth[0], auth[0]
+
+
+def test_producer_module_exists(services: dict[str, dict[str, Any]]) -> None:
+    args = argv(services["producer"])
+    assert args[:2] == ["python", "-m"], args
+    assert importlib.util.find_spec(args[2]) is not None, args[2]
+
+
+def test_the_x_anchor_gives_every_app_service_the_same_environment(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    shared = compose["x-agentworker-env"]
+    assert isinstance(shared, dict) and shared
+    for name in ("worker", "beat", "flower", "producer"):
+        assert services[name]["environment"] == shared, name
+
+
+def test_compose_environment_names_real_settings(services: dict[str, dict[str, Any]]) -> None:
+    known = env_names()
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(e.split("=", 1) if "=" in e else (e, None) for e in env)
+        for key, value in env.items():
+            # Compose accepts strings, numbers and null; a YAML boolean would arrive as "True".
+            assert value is None or type(value) in (str, int, float), (name, key, value)
+            if key.startswith("AGENTWORKER_"):
+                assert key in known, f"{name}: {key} is not a setting (known: {sorted(known)})"
+
+
+def test_compose_environment_is_a_valid_configuration(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in env_names():
+        monkeypatch.delenv(key, raising=False)
+    for key, value in compose["x-agentworker-env"].items():
+        monkeypatch.setenv(key, str(value))
+    settings = Settings()
+    assert settings.broker.startswith("redis://redis:6379/")
+    assert settings.redis_url.startswith("redis://redis:6379/")
+    assert settings.load_agent_loader() is not None
+
+
+def test_deploy_readme_documents_only_real_settings() -> None:
+    documented = set(re.findall(r"AGENTWORKER_[A-Z_]+", (ROOT / "deploy/README.md").read_text()))
+    assert documented, "deploy/README.md documents no settings"
+    assert documented <= env_names(), sorted(documented - env_names())
+
+
+# --- deploy/Dockerfile ------------------------------------------------------------------
+
+
+def test_dockerfile_copies_every_package() -> None:
+    copied = {
+        src.rstrip("/"): dest.removeprefix("./").rstrip("/")
+        for sources, dest in dockerfile_copies()
+        for src in sources
+    }
+    for package in top_level_packages():
+        assert package in copied, f"deploy/Dockerfile does not COPY {package}/"
+        assert copied[package] == package, f"{package} is copied to {copied[package]}"
+        assert (ROOT / package / "__init__.py").is_file(), package
+
+
+def test_dockerfile_copies_what_pip_install_needs_and_nothing_missing() -> None:
+    sources = [src for srcs, _ in dockerfile_copies() for src in srcs]
+    for src in sources:
+        assert (ROOT / src).exists(), f"deploy/Dockerfile copies {src}, which does not exist"
+    readme = tomllib.loads(PYPROJECT.read_text())["project"].get("readme")
+    for needed in ("pyproject.toml", readme):
+        if needed:
+            assert needed in sources, f"deploy/Dockerfile does not COPY {needed}"
