@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator
 from enum import Enum
@@ -92,22 +93,46 @@ class RedisEventBridge:
         self.pause_after_error = 5.0
         self._quiet_until = 0.0
         self._dropped = 0
+        #: Events wait at most this long (seconds) or this many before a flush of their own.
+        self.max_delay = 0.05
+        self.max_buffer = 256
+        self._buffer: list[AgentEvent] = []
+        self._first_at = 0.0
+        self._lock = threading.Lock()
 
     def __call__(self, event: AgentEvent) -> None:
-        """Append ``event``; a Redis failure is logged and the runner goes on."""
+        """Buffer ``event``; flushed by the runner after each operation, or when it waits."""
         if time.monotonic() < self._quiet_until:
             self._dropped += 1
             return
+        with self._lock:
+            self._buffer.append(event)
+            if len(self._buffer) == 1:
+                self._first_at = time.monotonic()
+                return
+            due = (
+                len(self._buffer) >= self.max_buffer
+                or time.monotonic() - self._first_at >= self.max_delay
+            )
+        if due:  # e.g. a long streaming model call: followers see deltas within max_delay
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the buffered events in one round trip; a Redis failure is logged."""
+        with self._lock:
+            events, self._buffer = self._buffer, []
+        if not events:
+            return
         try:
-            self._append(event)
+            self._append(events)
         except Exception as exc:  # noqa: BLE001 - events are best effort by design
             # a hanging Redis must not cost every event a socket timeout: pause a while
             self._quiet_until = time.monotonic() + self.pause_after_error
-            self._dropped += 1
+            self._dropped += len(events)
             log.warning(
-                "event %s of turn %s not streamed (pausing %.0fs): %s",
-                event.type.value,
-                event.turn_id,
+                "%d events of turn %s not streamed (pausing %.0fs): %s",
+                len(events),
+                events[0].turn_id,
                 self.pause_after_error,
                 exc,
             )
@@ -116,16 +141,23 @@ class RedisEventBridge:
             log.warning("events streamed again after %d were dropped", self._dropped)
             self._dropped = 0
 
-    def _append(self, event: AgentEvent) -> None:
-        payload = event_to_dict(event)
-        key = stream_key(self.namespace, event.root_turn_id)
-        body = json.dumps(payload, default=_json_default, separators=(",", ":"))
-        stream_id = self.redis.xadd(key, {"event": body}, maxlen=self.maxlen, approximate=True)
-        if is_root_terminal(payload):
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.set(end_key(self.namespace, event.root_turn_id), stream_id, ex=self.ttl_after_end)
-            pipe.expire(key, self.ttl_after_end)
-            pipe.execute()
+    def _append(self, events: list[AgentEvent]) -> None:
+        payloads = [event_to_dict(e) for e in events]
+        pipe = self.redis.pipeline(transaction=False)
+        for payload in payloads:
+            key = stream_key(self.namespace, payload["root_turn_id"])
+            body = json.dumps(payload, default=_json_default, separators=(",", ":"))
+            pipe.xadd(key, {"event": body}, maxlen=self.maxlen, approximate=True)
+        ids = pipe.execute()
+        ends = [(p, i) for p, i in zip(payloads, ids, strict=True) if is_root_terminal(p)]
+        if not ends:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for payload, stream_id in ends:
+            root = payload["root_turn_id"]
+            pipe.set(end_key(self.namespace, root), stream_id, ex=self.ttl_after_end)
+            pipe.expire(stream_key(self.namespace, root), self.ttl_after_end)
+        pipe.execute()
 
 
 def bridge_client(url: str, timeout: float = 2.0) -> redis.Redis:

@@ -127,6 +127,17 @@ class EventBus:
             except Exception:
                 log.exception("event listener %r failed on %s", listener, type.value)
 
+    def flush(self) -> None:
+        """Let buffering listeners (those with a ``flush()``) write out what they hold."""
+        for listener in self._listeners:
+            flush = getattr(listener, "flush", None)
+            if flush is None:
+                continue
+            try:
+                flush()
+            except Exception:
+                log.exception("event listener %r failed to flush", listener)
+
     def _next_sequence(self, turn_id: str, version: int) -> int:
         last_version, n = self._counters.get(turn_id, (version, 0))
         n = n + 1 if last_version == version else 1

@@ -142,8 +142,8 @@ class AgentRunner:
             conversation_id=conversation_id,
         )
         turn = AgentTurn(state, agent)
-
         self.kernel.save(turn)
+        self.events.flush()
         return turn
 
     def _agent(self, ref: Agent | str) -> Agent:
@@ -163,7 +163,10 @@ class AgentRunner:
     # -- stepping -----------------------------------------------------------------------
     def step(self, turn: AgentTurn) -> AgentStepResult:
         """Advance the turn by one stable step; its status says what happens next."""
-        return run_step(self.kernel, turn)
+        try:
+            return run_step(self.kernel, turn)
+        finally:
+            self.events.flush()
 
     def run_until_blocked(self, turn: AgentTurn) -> AgentTurn:
         """Step until the turn blocks or ends; in-process, children run inline."""
@@ -220,6 +223,7 @@ class AgentRunner:
         apply_resume(turn.state, command, self.store.now())
         self.kernel.save(turn)
         self.kernel.emit(turn, AgentEventType.TURN_RESUMED, command=command.kind.value)
+        self.events.flush()
         return turn
 
     def _child_completed(self, parent: AgentTurn, command: AgentResumeCommand) -> AgentTurn:
@@ -250,14 +254,18 @@ class AgentRunner:
             if self._complete_child(parent_id, child_id):
                 woken += 1
                 self._dispatch(parent_id)
+        self.events.flush()
         return woken
 
     def cancel(self, turn_id: str, reason: str | None = None) -> AgentTurn:
         """Request cancellation of a turn and its running children; idle ones end now."""
-        turn = self._cancel_one(turn_id, reason)
-        for child_id in descendants(self.store, turn_id):
-            self._cancel_one(child_id, reason)
-        return turn
+        try:
+            turn = self._cancel_one(turn_id, reason)
+            for child_id in descendants(self.store, turn_id):
+                self._cancel_one(child_id, reason)
+            return turn
+        finally:
+            self.events.flush()
 
     def _cancel_one(self, turn_id: str, reason: str | None) -> AgentTurn:
         turn = self.restore(turn_id)
@@ -341,6 +349,8 @@ class AgentRunner:
         finally:
             turn.held_lease = None
             held.release()
+            self.events.flush()
+
 
     def _lease_ms(self) -> int:
         return int(self.policy.lease_seconds * 1000)

@@ -155,9 +155,11 @@ def test_the_stream_expires_only_after_the_roots_terminal_event(
     key = stream_key(ns, "root")
     bridge(event(AgentEventType.TURN_STARTED, "root", "root"))
     bridge(event(AgentEventType.TURN_COMPLETED, "child", "root"))  # a child's end
+    bridge.flush()
     assert client.ttl(key) == -1 and end_id(client, ns, "root") is None
 
     bridge(event(AgentEventType.BUDGET_EXCEEDED, "root", "root"))
+    bridge.flush()
 
     assert 0 < client.ttl(key) <= 120
     last_id = read_events(client, ns, "root")[-1][0]
@@ -168,6 +170,7 @@ def test_the_stream_is_trimmed_to_about_maxlen(client: redis.Redis, ns: str) -> 
     bridge = RedisEventBridge(client, ns, maxlen=50)
     for _ in range(1000):
         bridge(event(AgentEventType.TOOL_PROGRESS, "t", "t"))
+    bridge.flush()
     assert client.xlen(stream_key(ns, "t")) < 200
 
 
@@ -183,6 +186,7 @@ def test_values_that_are_not_json_are_converted(client: redis.Redis, ns: str) ->
             tags={"x"},
         )
     )
+    bridge.flush()
     data = read_events(client, ns, "t")[0][1]["data"]
     assert data["usage"] == {"input_tokens": 3, "output_tokens": 0}
     assert data["status_enum"] == "RUNNING" and data["tags"] == ["x"]
@@ -267,17 +271,22 @@ def test_streams_live_in_the_tree_hash_slot() -> None:
 
 
 class _FailsOnce:
-    """A client whose first XADD fails like a Redis that went away for a moment."""
+    """A client whose first write fails like a Redis that went away for a moment."""
 
     def __init__(self, real: redis.Redis) -> None:
         self.real = real
         self.failed = False
 
-    def xadd(self, *args: Any, **kwargs: Any) -> Any:
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = self.real.pipeline(*args, **kwargs)
         if not self.failed:
             self.failed = True
-            raise redis.ConnectionError("gone")
-        return self.real.xadd(*args, **kwargs)
+
+            def gone(*_: Any, **__: Any) -> Any:
+                raise redis.ConnectionError("gone")
+
+            pipe.execute = gone
+        return pipe
 
 
 def test_after_an_error_the_bridge_pauses_then_streams_again(
@@ -286,9 +295,45 @@ def test_after_an_error_the_bridge_pauses_then_streams_again(
     bridge = RedisEventBridge(_FailsOnce(client), ns)  # type: ignore[arg-type]
     bridge.pause_after_error = 0.1
     with caplog.at_level(logging.WARNING, logger="agentworker.events"):
-        bridge(event(AgentEventType.TURN_STARTED, "t", "t"))  # fails
+        bridge(event(AgentEventType.TURN_STARTED, "t", "t"))
+        bridge.flush()  # fails
         bridge(event(AgentEventType.STEP_STARTED, "t", "t"))  # dropped while paused
         time.sleep(0.15)
         bridge(event(AgentEventType.STEP_COMPLETED, "t", "t"))
+        bridge.flush()
+
     assert [e["type"] for _, e in read_events(client, ns, "t")] == ["STEP_COMPLETED"]
     assert "after 2 were dropped" in caplog.records[-1].message
+
+
+def test_events_are_buffered_until_the_runner_flushes_or_they_wait_too_long(
+    client: redis.Redis, ns: str
+) -> None:
+    bridge = RedisEventBridge(client, ns)
+    bridge.max_delay = 0.05
+    bridge(event(AgentEventType.MODEL_TEXT_DELTA, "t", "t"))
+    bridge(event(AgentEventType.MODEL_TEXT_DELTA, "t", "t"))
+    assert read_events(client, ns, "t") == []  # one round trip later, not one per event
+    time.sleep(0.06)
+    bridge(event(AgentEventType.MODEL_TEXT_DELTA, "t", "t"))  # the oldest waited too long
+    assert len(read_events(client, ns, "t")) == 3
+
+
+def test_a_runner_step_writes_its_events_in_one_round_trip(client: redis.Redis, ns: str) -> None:
+    runner = bridged_runner(client, ns)
+    turn = runner.start(approval_agent(), "pay")
+    calls: list[str] = []
+    real = client.pipeline
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("pipeline")
+        return real(*args, **kwargs)
+
+    client.pipeline = counting  # type: ignore[method-assign]
+    try:
+        runner.step(turn)
+    finally:
+        client.pipeline = real  # type: ignore[method-assign]
+    assert calls == ["pipeline"]
+    types = [e["type"] for _, e in read_events(client, ns, turn.id)]
+    assert types[-1] == "STEP_COMPLETED" and "MODEL_COMPLETED" in types
