@@ -57,9 +57,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "interval_max": 0.5,
         },
         "broker_connection_retry_on_startup": True,
-        # Events for Flower.
+        # Events for Flower (received, started, succeeded...). No "sent" events: each is a
+        # second publish per dispatch, and Flower shows a step from its receipt anyway.
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        "task_send_sent_event": False,
     }
 
 

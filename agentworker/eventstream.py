@@ -99,6 +99,7 @@ class RedisEventBridge:
         self._buffer: list[AgentEvent] = []
         self._first_at = 0.0
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     def __call__(self, event: AgentEvent) -> None:
         """Buffer ``event``; flushed by the runner after each operation, or when it waits."""
@@ -127,8 +128,10 @@ class RedisEventBridge:
             self._append(events)
         except Exception as exc:  # noqa: BLE001 - events are best effort by design
             # a hanging Redis must not cost every event a socket timeout: pause a while
+            self._local.pipe = None
             self._quiet_until = time.monotonic() + self.pause_after_error
             self._dropped += len(events)
+
             log.warning(
                 "%d events of turn %s not streamed (pausing %.0fs): %s",
                 len(events),
@@ -141,9 +144,17 @@ class RedisEventBridge:
             log.warning("events streamed again after %d were dropped", self._dropped)
             self._dropped = 0
 
+    def _pipeline(self) -> Any:
+        # one pipeline per thread, reused: building one costs more than the round trip
+        pipe = getattr(self._local, "pipe", None)
+        if pipe is None:
+            pipe = self._local.pipe = self.redis.pipeline(transaction=False)
+        return pipe
+
     def _append(self, events: list[AgentEvent]) -> None:
         payloads = [event_to_dict(e) for e in events]
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self._pipeline()
+
         for payload in payloads:
             key = stream_key(self.namespace, payload["root_turn_id"])
             body = json.dumps(payload, default=_json_default, separators=(",", ":"))
@@ -152,7 +163,7 @@ class RedisEventBridge:
         ends = [(p, i) for p, i in zip(payloads, ids, strict=True) if is_root_terminal(p)]
         if not ends:
             return
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self._pipeline()
         for payload, stream_id in ends:
             root = payload["root_turn_id"]
             pipe.set(end_key(self.namespace, root), stream_id, ex=self.ttl_after_end)

@@ -85,8 +85,10 @@ class TurnKernel:
         held = turn.held_lease
         if held is not None:
             held.check()
-            self.control(turn)  # the cancel flag is re-read before side effects here too
+            if not held.take_fresh():
+                self.control(turn)  # the cancel flag is re-read before side effects here too
             return
+
         st = turn.state
         control = self.control(turn)
         if control.version != st.version:

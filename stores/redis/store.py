@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -73,6 +74,10 @@ class RedisAgentTurnStore:
         self.retention_seconds = retention_seconds
         self.cache = TurnCache(cache_size)
         self.guard = Guard(self.url)
+        #: How often ``now()`` reads ``TIME`` (seconds); in between it counts locally.
+        self.clock_sync_seconds = 5.0
+        self._clock = (0.0, -1e18)
+
         self._rid_prefix = uuid.uuid4().hex[:12]
         self._rids = itertools.count()
         if check_connection:
@@ -89,10 +94,22 @@ class RedisAgentTurnStore:
 
     # -- the AgentTurnStore protocol -----------------------------------------------------
     def now(self) -> float:
-        """The Redis server clock (``TIME``), seconds since the epoch."""
-        with self.guard:
-            seconds, micros = self.redis.time()
-        return int(seconds) + int(micros) / 1_000_000
+        """The Redis server clock (``TIME``), seconds since the epoch.
+
+        ``TIME`` is read every ``clock_sync_seconds`` and advanced by the local monotonic
+        clock in between, so workers agree on the server's clock without a round trip per
+        reading (a local wall-clock jump changes nothing).
+        """
+        base, at = self._clock
+        mono = time.monotonic()
+        if mono - at > self.clock_sync_seconds:
+            with self.guard:
+                seconds, micros = self.redis.time()
+            after = time.monotonic()
+            base, at = int(seconds) + int(micros) / 1_000_000 + (after - mono) / 2, after
+            self._clock = (base, at)
+            mono = after
+        return base + (mono - at)
 
     def save(self, snapshot: AgentTurnSnapshot, expected_version: int) -> SaveResult:
         """Create (``expected_version=-1``) or compare-and-set update; one round trip."""

@@ -313,3 +313,21 @@ def test_a_busy_create_right_after_a_script_flush_leaves_no_index_entry(
     with pytest.raises(AgentConversationBusyException):
         redis_store.save(late, -1)
     assert redis_store.redis.exists(redis_store.keys.turn_index(late.id)) == 0
+
+
+def test_now_follows_the_server_clock_without_a_round_trip_per_reading(
+    redis_store: RedisAgentTurnStore,
+) -> None:
+    first = redis_store.now()
+    calls: list[object] = []
+    real_time = redis_store.redis.time
+    redis_store.redis.time = lambda: calls.append(1) or real_time()  # type: ignore[method-assign]
+    try:
+        readings = [redis_store.now() for _ in range(100)]
+    finally:
+        redis_store.redis.time = real_time  # type: ignore[method-assign]
+    assert calls == []  # counted locally between syncs
+    assert readings == sorted(readings) and readings[0] >= first
+    seconds, micros = real_time()
+    server = int(seconds) + int(micros) / 1_000_000
+    assert abs(redis_store.now() - server) < 0.01

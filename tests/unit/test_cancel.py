@@ -251,7 +251,8 @@ def test_cancel_of_a_leased_turn_is_left_to_its_worker(
     held = worker_runner.claim(turn.id, "worker-1")
     assert held is not None
 
-    # When another process cancels it
+    # When another process cancels it, after the claim's own reading went stale
+    held.held_lease.fresh_until = 0.0  # type: ignore[union-attr]
     flagged = caller.cancel(turn.id, reason="admin stop")
 
     # Then only the flag is set; the worker ends the turn at its next check
@@ -263,3 +264,22 @@ def test_cancel_of_a_leased_turn_is_left_to_its_worker(
     assert held.terminal_reason == "admin stop"
     assert script.calls == 0
     assert store.load(turn.id).status is AgentTurnStatus.CANCELLED
+
+
+def test_a_step_right_after_its_claim_trusts_the_claims_reading(
+    make_runner: Callable[..., AgentRunner], store: InMemoryAgentTurnStore
+) -> None:
+    # Given a claim that has just read the turn (cancel flag included)
+    runner = make_runner()
+    turn = runner.start(agent(Script(then="done")), "hi")
+    held = runner.claim(turn.id, "worker-1")
+    assert held is not None
+    peeks: list[str] = []
+    real_peek = store.peek
+    store.peek = lambda turn_id: peeks.append(turn_id) or real_peek(turn_id)  # type: ignore[method-assign]
+    # When the step follows at once
+    with runner.holding(held):
+        runner.step(held)
+    # Then the step entry re-read nothing; only the final answer re-read the flag
+    assert held.status is AgentTurnStatus.COMPLETED
+    assert peeks == [turn.id]

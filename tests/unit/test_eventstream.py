@@ -319,21 +319,22 @@ def test_events_are_buffered_until_the_runner_flushes_or_they_wait_too_long(
     assert len(read_events(client, ns, "t")) == 3
 
 
-def test_a_runner_step_writes_its_events_in_one_round_trip(client: redis.Redis, ns: str) -> None:
+def test_a_runner_step_writes_its_events_in_one_round_trip(
+    client: redis.Redis, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner = bridged_runner(client, ns)
     turn = runner.start(approval_agent(), "pay")
-    calls: list[str] = []
-    real = client.pipeline
+    executed: list[int] = []
+    real = redis.client.Pipeline.execute
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append("pipeline")
-        return real(*args, **kwargs)
+    def counting(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
+        executed.append(len(self.command_stack))
+        return real(self, *args, **kwargs)
 
-    client.pipeline = counting  # type: ignore[method-assign]
-    try:
-        runner.step(turn)
-    finally:
-        client.pipeline = real  # type: ignore[method-assign]
-    assert calls == ["pipeline"]
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counting)
+    runner.step(turn)
+    monkeypatch.undo()
+
     types = [e["type"] for _, e in read_events(client, ns, turn.id)]
     assert types[-1] == "STEP_COMPLETED" and "MODEL_COMPLETED" in types
+    assert executed == [len(types) - 1]  # all but the creation's event, in one round trip
