@@ -6,8 +6,10 @@ from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from runner_core.errors import AgentWorkerError
 
@@ -54,9 +56,15 @@ def connect(
         extra["username"] = username
     if password is not None:
         extra["password"] = password
+    # A few quick retries ride out a blip or a failover (every script is safe to run
+    # twice); redis-py's default (10 retries, backoff up to 10 s) would hang a worker for
+    # minutes on a dead server.
+    retry = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3)
     client = Redis.from_url(
         target,
+        retry=retry,
         socket_timeout=socket_timeout,
+
         socket_connect_timeout=connect_timeout,
         socket_keepalive=True,
         health_check_interval=health_check_interval,
