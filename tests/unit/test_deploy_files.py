@@ -240,10 +240,15 @@ def test_workers_consume_the_step_and_sweep_queues(services: dict[str, dict[str,
 def test_flower_requires_basic_auth_from_the_environment(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    auth = [a for a in argv(services["flower"]) if a.startswith("--basic-auth=")]
-    assert len(auth) == 1, "flower runs without --basic-auth"
-    # The password comes from the environment, never written into the file.
-    assert "${FLOWER_PASSWORD" in auth[0], auth[0]
+    flower = services["flower"]
+    # Not on the command line (ps, docker inspect would show it) ...
+    assert not [a for a in argv(flower) if a.startswith("--basic-auth")]
+    # ... but from the environment, and required: no default password to forget.
+    auth = flower["environment"]["FLOWER_BASIC_AUTH"]
+    assert auth.startswith("ops:${FLOWER_PASSWORD:?"), auth
+    # Published on the loopback interface only.
+    assert flower["ports"] == ["127.0.0.1:5555:5555"]
+
 
 
 def test_producer_module_exists(services: dict[str, dict[str, Any]]) -> None:
@@ -258,7 +263,9 @@ def test_the_x_anchor_gives_every_app_service_the_same_environment(
     shared = compose["x-agentworker-env"]
     assert isinstance(shared, dict) and shared
     for name in ("worker", "beat", "flower", "producer"):
-        assert services[name]["environment"] == shared, name
+        env = {k: v for k, v in services[name]["environment"].items() if k != "FLOWER_BASIC_AUTH"}
+        assert env == shared, name
+
 
 
 def test_compose_environment_names_real_settings(services: dict[str, dict[str, Any]]) -> None:
