@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from runner_core.memory_store import InMemoryAgentTurnStore
-from stores.redis import RedisAgentTurnStore, StoreUnavailableError, TurnSummary
+from stores.redis import (
+    RedisAgentTurnStore,
+    RedisChatMemory,
+    StoreUnavailableError,
+    TurnSummary,
+)
 
 __all__ = [
     "InMemoryAgentTurnStore",
     "RedisAgentTurnStore",
+    "RedisChatMemory",
     "StoreUnavailableError",
     "TurnSummary",
 ]

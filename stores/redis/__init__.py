@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from stores.redis.codec import TurnSummary
 from stores.redis.connection import StoreUnavailableError
+from stores.redis.memory import RedisChatMemory
 from stores.redis.store import RedisAgentTurnStore
 
-__all__ = ["RedisAgentTurnStore", "StoreUnavailableError", "TurnSummary"]
+__all__ = ["RedisAgentTurnStore", "RedisChatMemory", "StoreUnavailableError", "TurnSummary"]

@@ -64,7 +64,6 @@ def connect(
         target,
         retry=retry,
         socket_timeout=socket_timeout,
-
         socket_connect_timeout=connect_timeout,
         socket_keepalive=True,
         health_check_interval=health_check_interval,

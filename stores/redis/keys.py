@@ -37,7 +37,11 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
                                             rule reads a parent's lease from here)
 ``ns:{T}:conv``                    hash     ``turn``, ``st``: the conversation's non-terminal
                                             root (conversation tags only)
+``ns:{T}:cm:<sha1(conv)>``         list     a conversation's chat memory (``RedisChatMemory``):
+                                            model-visible messages, JSON, oldest first
+``ns:{T}:ci:<sha1(conv)>``         set      the ids of the messages in that list
 ``ns:turn:I``                      string   I's tag (global, written before the turn is created)
+
 ``ns:partitions``                  zset     tag -> last root creation (unix time): tags that may
                                             hold live turns; scans of runnable turns walk these
 ``ns:retained``                    zset     tag -> last root creation: tags with any stored turn
@@ -117,6 +121,12 @@ class Keyspace:
     def conversation(self, tag: str) -> str:
         """The conversation marker of a conversation tag."""
         return f"{self.namespace}:{{{tag}}}:conv"
+
+    def memory(self, conversation_id: str) -> tuple[str, str]:
+        """A conversation's chat memory: its message list and its set of message ids."""
+        tag = self.conversation_tag(conversation_id)
+        key = hashlib.sha1(conversation_id.encode()).hexdigest()
+        return f"{self.namespace}:{{{tag}}}:cm:{key}", f"{self.namespace}:{{{tag}}}:ci:{key}"
 
     def tag_keys(self, tag: str) -> list[str]:
         """The six per-tag keys every write script receives first, in script order."""

@@ -42,7 +42,7 @@ _WITH_LIB = (
     "load",
     "expire",
 )
-_PLAIN = ("due", "repair", "zrem_if")
+_PLAIN = ("due", "repair", "zrem_if", "memory_add")
 
 Call = tuple[Script, Sequence[str], Sequence[Arg]]
 

@@ -38,6 +38,7 @@ from stores.redis.cache import Known, TurnCache
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
 from stores.redis.connection import Guard, connect
 from stores.redis.keys import Keyspace
+from stores.redis.memory import RedisChatMemory
 from stores.redis.scans import Scanner
 from stores.redis.scripts import Loaded, Scripts, answered, code_of, loaded
 
@@ -232,7 +233,12 @@ class RedisAgentTurnStore:
         with self.guard:
             return self.scanner.repair(limit)
 
+    def chat_memory(self, conversation_id: str) -> RedisChatMemory:
+        """The conversation's chat memory in this Redis (a ``chat_memory_provider``)."""
+        return RedisChatMemory(self.redis, self.keys, self.scripts, self.guard, conversation_id)
+
     # -- for the Celery layer and operators ----------------------------------------------
+
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose ``next_runnable_at`` has come (nothing else wakes them)."""
         with self.guard:
