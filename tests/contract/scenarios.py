@@ -142,10 +142,12 @@ def worker_mode(runner: AgentRunner) -> None:
 def conversation(store: AgentTurnStore) -> None:
     """Two turns in one conversation; the second sees the first through chat memory."""
     memories: dict[str, InMemoryChatMemory] = {}
-    runner = AgentRunner(
-        turn_store=store,
-        chat_memory_provider=lambda cid: memories.setdefault(cid, InMemoryChatMemory()),
+    # the store's own chat memory where it has one (Redis), else one per conversation here
+    provider = getattr(store, "chat_memory", None) or (
+        lambda cid: memories.setdefault(cid, InMemoryChatMemory())
     )
+    runner = AgentRunner(turn_store=store, chat_memory_provider=provider)
+
     agent = Agent("chat", FunctionModel(lambda request: AiMessage(f"{len(request.messages)}")))
     first = runner.run(agent, "hi", conversation_id="conv-scenario")
     second = runner.run(agent, "again", conversation_id="conv-scenario")
