@@ -38,7 +38,6 @@ def make_runner(settings: Settings | None = None, app: Celery | None = None) -> 
         agent_loader=settings.load_agent_loader(),
         chat_memory_provider=store.chat_memory,
         policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
-
         dispatcher=CeleryDispatcher(app, settings.step_queue),
     )
     if settings.events_enabled:

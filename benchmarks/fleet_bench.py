@@ -109,9 +109,7 @@ def main() -> None:
         delay = fan_in_delay(runner, server.client())
         print(f"{args.workers} worker processes (solo pool), Redis broker and store on loopback")
         print(f"  raw Celery no-op tasks:    {noop:8.0f} tasks/s")
-        print(
-            f"  agentworker steps:         {steps:8.0f} steps/s  ({args.turns} 10-tool turns)"
-        )
+        print(f"  agentworker steps:         {steps:8.0f} steps/s  ({args.turns} 10-tool turns)")
         print(f"  ratio steps / no-op tasks: {steps / noop:8.2f}   (target >= 0.7)")
         print(
             f"  fan-in: last of 100 children -> parent's next step: {delay * 1000:.1f} ms "

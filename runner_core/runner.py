@@ -351,7 +351,6 @@ class AgentRunner:
             held.release()
             self.events.flush()
 
-
     def _lease_ms(self) -> int:
         return int(self.policy.lease_seconds * 1000)
 

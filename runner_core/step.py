@@ -187,7 +187,6 @@ class _Step:
             return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         return Continue()
 
-
     def _call_model(self, request: ModelRequest) -> ModelResponse:
         model = self.turn.agent.model
         if not (self.st.streaming and isinstance(model, StreamingChatModel)):

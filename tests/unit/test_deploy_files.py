@@ -250,7 +250,6 @@ def test_flower_requires_basic_auth_from_the_environment(
     assert flower["ports"] == ["127.0.0.1:5555:5555"]
 
 
-
 def test_producer_module_exists(services: dict[str, dict[str, Any]]) -> None:
     args = argv(services["producer"])
     assert args[:2] == ["python", "-m"], args
@@ -265,7 +264,6 @@ def test_the_x_anchor_gives_every_app_service_the_same_environment(
     for name in ("worker", "beat", "flower", "producer"):
         env = {k: v for k, v in services[name]["environment"].items() if k != "FLOWER_BASIC_AUTH"}
         assert env == shared, name
-
 
 
 def test_compose_environment_names_real_settings(services: dict[str, dict[str, Any]]) -> None:

@@ -73,9 +73,7 @@ def test_tool_turn_takes_model_tools_model_steps(runner: AgentRunner) -> None:
 
     result = runner.step(turn)
     assert looked_up == ["1001"]
-    assert [m.content for m in result.tool_messages] == [
-        '{"order_id": "1001", "state": "shipped"}'
-    ]
+    assert [m.content for m in result.tool_messages] == ['{"order_id": "1001", "state": "shipped"}']
     assert (turn.phase, turn.pending_tool_calls) == (AgentTurnPhase.MODEL, [])
 
     runner.step(turn)

@@ -109,8 +109,7 @@ def snapshots(draw: st.DrawFn) -> AgentTurnSnapshot:
         usage=Usage(input_tokens=draw(counts), output_tokens=draw(counts)),
         final_output=draw(st.none() | texts),
         error=draw(
-            st.none()
-            | st.builds(ErrorInfo, type=ids, message=texts, retryable=st.booleans())
+            st.none() | st.builds(ErrorInfo, type=ids, message=texts, retryable=st.booleans())
         ),
         terminal_reason=draw(st.none() | texts),
         metadata=draw(json_objects),

@@ -131,9 +131,7 @@ def test_streamed_arguments_that_are_not_json_go_back_to_the_model(runner: Agent
     assert ai.tool_calls[0].arguments == {INVALID_ARGUMENTS_KEY: '{"order_id": '}  # type: ignore[union-attr]
 
 
-def test_generate_only_model_streams_one_text_delta(
-    runner: AgentRunner, events: EventLog
-) -> None:
+def test_generate_only_model_streams_one_text_delta(runner: AgentRunner, events: EventLog) -> None:
     model = FunctionModel(lambda request: "whole answer")
 
     turn = runner.run(Agent("plain", model), "hi", options=AgentTurnOptions(streaming=True))
