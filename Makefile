@@ -48,13 +48,13 @@ flower: $(STAMP)  ## Flower on the configured broker (FLOWER_PASSWORD required, 
 	@FLOWER_BASIC_AUTH="$${FLOWER_USER:-ops}:$$FLOWER_PASSWORD" \
 	  exec $(VENV)/bin/celery -A agentworker flower --port=$${FLOWER_PORT:-5555} --address=$${FLOWER_ADDRESS:-127.0.0.1}
 
-bench: $(STAMP)  ## Benchmarks (not tests): µs per step, turns/s
-
+bench: $(STAMP) redis-check  ## Benchmarks (not tests): in-memory, Redis and fleet figures
 	@$(PY) -m benchmarks.step_bench
 	@$(PY) -m benchmarks.redis_bench
+	@$(PY) -m benchmarks.fleet_bench
 
-chaos: $(STAMP)  ## Slow crash and soak tests
-	@$(PY) -m pytest -m chaos
+chaos: $(STAMP) redis-check  ## Slow crash and soak tests (SIGKILL storms on a real fleet)
+	@$(PY) -m pytest -m chaos tests/chaos
 
 clean:  ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -60,6 +60,18 @@ def slow_record(tag: str, seconds: float) -> str:
     return f"recorded {tag}"
 
 
+@tool
+def charge(amount: float) -> str:
+    """An idempotent side effect: applied once per idempotency key, however often it runs."""
+    client = _redis()
+    key = AgentToolContext.current().idempotency_key
+    client.incr(PREFIX + "attempt:" + key)
+    if client.set(PREFIX + "applied:" + key, "1", nx=True):
+        client.incr(PREFIX + "effect:" + key)
+    time.sleep(0.05)  # long enough for a kill to land mid-tool now and then
+    return f"charged {amount}"
+
+
 @tool(requires_approval=True)
 def pay(amount: float) -> str:
     """Pay (needs approval)."""
@@ -135,6 +147,11 @@ def agents() -> list[Agent]:
             planning=AgentPlanningPolicy(max_tasks=5),
         ),
         Agent("e2e-child", _script(("record", {"tag": "child"})), tools=[record]),
+        Agent(
+            "e2e-charges",
+            _script(*[("charge", {"amount": float(i)}) for i in range(5)]),
+            tools=[charge],
+        ),
         Agent(
             "e2e-slow",
             _script(("slow_record", {"tag": "s", "seconds": 1.5}), ("record", {"tag": "after"})),
