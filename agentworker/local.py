@@ -35,12 +35,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One redis-server process owned by the test session."""
+    """One redis-server process owned by a test session or a demo; it may be restarted."""
 
-    def __init__(self, directory: Path, appendonly: bool = True, fsync: str = "always") -> None:
+    def __init__(
+        self, directory: Path, *extra: str, appendonly: bool = True, fsync: str = "always"
+    ) -> None:
         if shutil.which("redis-server") is None:
             raise RuntimeError(INSTALL_HINT)
         self.directory = directory
+        self.extra = extra
         self.appendonly = appendonly
         self.fsync = fsync
         self.port = free_port()
@@ -72,22 +75,28 @@ class RedisServer:
             self.fsync,
             "--maxmemory-policy",
             "noeviction",
+            *self.extra,
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = (self.directory / "redis.log").open("ab")
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while True:
             try:
                 if redis.Redis(port=self.port, socket_timeout=0.2).ping():
                     return self
             except redis.ConnectionError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start, see {log.name}") from None
                 time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not start")
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL)."""
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM (Redis flushes its AOF and exits), or SIGKILL with ``kill``."""
         if self.process is None:
             return
-        self.process.terminate()
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
         try:
             self.process.wait(5)
         except subprocess.TimeoutExpired:
@@ -95,14 +104,14 @@ class RedisServer:
             self.process.wait(5)
         self.process = None
 
-    def restart(self) -> None:
+    def restart(self, kill: bool = False) -> None:
         """Stop and start again on the same port and data directory."""
-        self.stop()
+        self.stop(kill)
         self.start()
 
     def client(self) -> redis.Redis:
         """A new client to this server."""
-        return redis.Redis(port=self.port)
+        return redis.Redis(host="127.0.0.1", port=self.port)
 
 
 class Fleet:

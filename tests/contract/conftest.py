@@ -8,74 +8,18 @@ a clear message when the binary is missing.
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
+from agentworker.local import RedisServer, free_port
 from runner_core import AgentTurnStore, InMemoryAgentTurnStore
 from stores import RedisAgentTurnStore
 
 BINARY = shutil.which("redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class RedisServer:
-    """A redis-server process on a free port that tests may stop, kill and restart."""
-
-    def __init__(self, directory: Path, *extra: str) -> None:
-        self.directory = directory
-        self.port = free_port()
-        self.extra = extra
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port)
-
-    def start(self) -> None:
-        assert BINARY is not None
-        args = [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        args += ["--appendonly", "yes", "--dir", str(self.directory), *self.extra]
-        log = (self.directory / "redis.log").open("ab")
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if self.client().ping():
-                    return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError(f"redis-server did not start, see {log.name}") from None
-                time.sleep(0.02)
-
-    def stop(self, kill: bool = False) -> None:
-        if self.process is None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()  # SIGTERM: redis flushes the AOF and exits
-        self.process.wait(10)
-        self.process = None
-
-    def restart(self, kill: bool = False) -> None:
-        self.stop(kill)
-        self.start()
+__all__ = ["RedisServer", "free_port"]
 
 
 def _require_binary() -> None:
@@ -86,7 +30,7 @@ def _require_binary() -> None:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     _require_binary()
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = RedisServer(tmp_path_factory.mktemp("redis"), fsync="everysec")
     server.start()
     yield server
     server.stop()
@@ -96,7 +40,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private server for tests that kill or restart it (fsync always: nothing lost)."""
     _require_binary()
-    server = RedisServer(tmp_path, "--appendfsync", "always")
+    server = RedisServer(tmp_path, fsync="always")
     server.start()
     yield server
     server.stop()
