@@ -8,16 +8,19 @@ from collections import Counter
 import pytest
 
 from agentworker.celery_app import create_app
-from agentworker.local import Fleet, RedisServer
+from agentworker.local import Fleet, RedisServer, free_port
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
 from runner_core import (
+    Agent,
     AgentExecutionPolicy,
     AgentResumeCommand,
     AgentRunner,
     AgentTurnOptions,
     AgentTurnSnapshot,
     AgentTurnStatus,
+    AiMessage,
+    FunctionModel,
     RetryPolicy,
     ToolMessage,
 )
@@ -186,3 +189,42 @@ def test_unknown_turn_and_pickle_are_refused(
     log = (fleet.logs / "w1.log").read_text()
     assert "unknown turn no-such-turn" in log
     assert "ContentDisallowed" in log or "pickle" in log
+
+
+def test_a_broken_broker_at_start_is_repaired_by_the_sweeper(
+    fleet: Fleet,
+    producer_env: dict[str, str],
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a producer whose broker is unreachable (the store is fine)
+    monkeypatch.setenv("AGENTWORKER_BROKER_URL", f"redis://127.0.0.1:{free_port()}/1")
+    broken = producer()
+    # When it starts a turn: the turn is saved READY, the lost wake-up only logged
+    turn = broken.start("e2e-tools", "sent while the broker was down")
+    assert broken.store.peek(turn.id).status is AgentTurnStatus.READY
+    # Then workers and beat on the real broker find and finish it
+    fleet.start_worker("w1")
+    fleet.start_beat()
+    fleet.wait_ready()
+    final = drive(broken, [turn.id], timeout=30)[turn.id]
+    assert final.status is AgentTurnStatus.COMPLETED
+
+
+def test_an_agent_the_workers_cannot_load_fails_the_turn_once(
+    fleet: Fleet, producer_env: dict[str, str], redis_server: RedisServer
+) -> None:
+    fleet.start_worker("w1")
+    fleet.wait_ready()
+    runner = producer()
+    # the producer knows an agent the workers' loader does not
+    stranger = Agent("only-in-the-producer", FunctionModel(lambda r: AiMessage("hi")))
+    runner.loader.register(stranger)  # type: ignore[attr-defined]
+    turn = runner.start(stranger, "who runs me?")
+    final = drive(runner, [turn.id], timeout=30)[turn.id]
+    assert final.status is AgentTurnStatus.FAILED
+    assert "only-in-the-producer" in (final.terminal_reason or "")
+    time.sleep(1.0)  # no poison message: nothing keeps stepping it
+    assert runner.store.peek(turn.id).version == final.version
+    log = (fleet.logs / "w1.log").read_text()
+    assert log.count("agentworker.step_turn") < 10
