@@ -12,23 +12,15 @@ from functools import partial
 from typing import Any, assert_never
 
 from runner_core import budget
+from runner_core.calls import call_model, checked_message, invoke_tool, is_retryable
 from runner_core.children import advance_plan, is_plan_call, planning_policy, store_plan
-from runner_core.context import AgentToolContext, UserInputRequested
-from runner_core.errors import AgentWorkerError, ConcurrentModificationError, LeaseLostError
+from runner_core.context import UserInputRequested
+from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
 from runner_core.kernel import TurnKernel
-from runner_core.messages import AiMessage, ToolCall, ToolMessage
+from runner_core.messages import ToolCall, ToolMessage
 from runner_core.middleware import chain_model, chain_step, chain_tool
-from runner_core.models.base import (
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    ReasoningDelta,
-    StreamDone,
-    StreamingChatModel,
-    TextDelta,
-    ToolCallDelta,
-)
+from runner_core.models.base import ModelRequest
 from runner_core.models.function import INVALID_ARGUMENTS_KEY
 from runner_core.planning import TaskStatus, plan_result
 from runner_core.snapshot import ErrorInfo, Suspension, SuspensionType
@@ -38,9 +30,7 @@ from runner_core.tools import (
     ApprovalDecision,
     InvalidToolArguments,
     Tool,
-    ToolError,
     error_content,
-    render_result,
 )
 from runner_core.turn import AgentStepResult, AgentTurn
 
@@ -157,8 +147,10 @@ class _Step:
         )
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
         try:
-            response = chain_model(self.k.middleware(turn), turn, self._call_model)(request)
-            message = _checked(response, st.id, st.iteration_count)
+            response = chain_model(
+                self.k.middleware(turn), turn, partial(call_model, self.k, turn)
+            )(request)
+            message = checked_message(response, st.id, st.iteration_count)
         except Exception as exc:
             return self._failure(exc, Phase.MODEL)
         self.result.response = response
@@ -186,31 +178,6 @@ class _Step:
         if self.k.save(turn).cancel_requested:
             return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         return Continue()
-
-    def _call_model(self, request: ModelRequest) -> ModelResponse:
-        model = self.turn.agent.model
-        if not (self.st.streaming and isinstance(model, StreamingChatModel)):
-            return model.generate(request)
-        for event in model.stream(request):
-            if isinstance(event, StreamDone):
-                return event.response
-            self._emit_delta(event)
-        raise ModelError("model stream ended without a final response", retryable=True)
-
-    def _emit_delta(self, event: TextDelta | ReasoningDelta | ToolCallDelta) -> None:
-        if isinstance(event, TextDelta):
-            self.k.emit(self.turn, E.MODEL_TEXT_DELTA, text=event.text)
-        elif isinstance(event, ReasoningDelta):
-            self.k.emit(self.turn, E.MODEL_REASONING_DELTA, text=event.text)
-        else:
-            self.k.emit(
-                self.turn,
-                E.MODEL_TOOL_CALL_DELTA,
-                index=event.index,
-                call_id=event.id,
-                name=event.name,
-                arguments=event.arguments,
-            )
 
     # -- phase TOOLS --------------------------------------------------------------------
     def _tools(self) -> Outcome:
@@ -299,7 +266,8 @@ class _Step:
         self.guarded = False
         k.emit(turn, E.TOOL_STARTED, call_id=call.id, tool=call.name, arguments=call.arguments)
         try:
-            message = chain_tool(k.middleware(turn), turn, partial(self._invoke, tool))(call)
+            invoke = partial(invoke_tool, k, turn, tool)
+            message = chain_tool(k.middleware(turn), turn, invoke)(call)
         except UserInputRequested as ask:
             return Suspend(
                 Status.WAITING_FOR_USER,
@@ -343,36 +311,6 @@ class _Step:
         )
         return self._answer(call, message)
 
-    def _invoke(self, tool: Tool, call: ToolCall) -> ToolMessage:
-        st, k, turn = self.st, self.k, self.turn
-        kwargs = tool.validate(call.arguments)
-        ctx = AgentToolContext(
-            turn_id=st.id,
-            call_id=call.id,
-            tool_name=tool.name,
-            metadata=turn.metadata,
-            submitted_input=st.submitted_inputs.get(call.id),
-            _cancel_check=lambda: k.control(turn).cancel_requested,
-            _progress=lambda message, fraction: k.emit(
-                turn,
-                E.TOOL_PROGRESS,
-                call_id=call.id,
-                tool=tool.name,
-                message=message,
-                fraction=fraction,
-            ),
-            _has_input=call.id in st.submitted_inputs,
-        )
-        token = ctx.activate()
-        try:
-            value = tool.fn(**kwargs)
-        except ToolError as exc:
-            content = error_content("tool_error", str(exc))
-            return ToolMessage(call_id=call.id, name=tool.name, content=content, is_error=True)
-        finally:
-            AgentToolContext.deactivate(token)
-        return ToolMessage(call_id=call.id, name=tool.name, content=render_result(value))
-
     def _refuse(self, call: ToolCall, kind: str, message: str) -> Outcome | None:
         self.k.emit(
             self.turn,
@@ -406,7 +344,7 @@ class _Step:
             raise exc
         self.result.error = exc
         self.turn.live_error = exc
-        if _retryable(exc) and self.st.retry_count < self.policy.retry.max_retries:
+        if is_retryable(exc) and self.st.retry_count < self.policy.retry.max_retries:
             return Retry(exc, phase)
         return Finish(Status.FAILED, f"{type(exc).__name__}: {exc}", exc)
 
@@ -473,27 +411,3 @@ def _may_step(status: Status, next_runnable_at: float | None, now: float) -> boo
     if status in (Status.READY, Status.RUNNING):
         return True
     return status is Status.RETRY_SCHEDULED and (next_runnable_at or 0.0) <= now
-
-
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, AgentWorkerError) and not isinstance(exc, ModelError):
-        return bool(getattr(exc, "retryable", False))
-    return bool(getattr(exc, "retryable", False)) or isinstance(exc, TimeoutError | ConnectionError)
-
-
-def _checked(response: ModelResponse, turn_id: str, iteration: int) -> AiMessage:
-    """The response's message with missing call ids filled; empty answers are errors."""
-    if not isinstance(response, ModelResponse):
-        raise ModelError(f"model returned {type(response).__name__}, not a ModelResponse")
-    message = response.message
-    if not message.text and not message.tool_calls:
-        raise ModelError(
-            "model returned an empty response (no text, no tool calls)", retryable=True
-        )
-    if all(c.id for c in message.tool_calls):
-        return message
-    calls = [
-        c if c.id else c.model_copy(update={"id": f"{turn_id}-{iteration}-{i}"})
-        for i, c in enumerate(message.tool_calls)
-    ]
-    return message.model_copy(update={"tool_calls": calls})
