@@ -32,36 +32,10 @@ from runner_core import (
     Usage,
     UserMessage,
 )
+from tests.unit.helpers import Script
 
-Reply = Any  # AiMessage | ModelResponse | str | BaseException | Callable[[ModelRequest], Any]
-
-
-class Scripted:
-    """A FunctionModel playing ``replies`` in order; an extra call fails the turn loudly."""
-
-    def __init__(self, *replies: Reply, then: Reply | None = None) -> None:
-        self.replies = list(replies)
-        self.then = then
-        self.requests: list[ModelRequest] = []
-        self.model = FunctionModel(self._answer)
-
-    @property
-    def calls(self) -> int:
-        return len(self.requests)
-
-    def _answer(self, request: ModelRequest) -> Any:
-        self.requests.append(request)
-        if self.replies:
-            reply = self.replies.pop(0)
-        elif self.then is not None:
-            reply = self.then
-        else:
-            raise AssertionError(f"unexpected model call #{len(self.requests)}")
-        if isinstance(reply, BaseException):
-            raise reply
-        if callable(reply):
-            return reply(request)
-        return reply
+# the scripted model of the core unit tests, under the name these tests use
+Scripted = Script
 
 
 def last_tool_message(request: ModelRequest) -> ToolMessage:
