@@ -17,7 +17,7 @@ from runner_core.errors import (
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import SaveResult, TurnControl, is_claimable, waiting_child_ids
+from runner_core.store import LeaseRef, SaveResult, TurnControl, is_claimable, waiting_child_ids
 
 
 @dataclass(slots=True)
@@ -40,20 +40,23 @@ class InMemoryAgentTurnStore:
         """Wall-clock seconds since the epoch."""
         return time.time()
 
-    def save(self, snapshot: AgentTurnSnapshot, expected_version: int) -> SaveResult:
+    def save(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, release: LeaseRef | None = None
+    ) -> SaveResult:
         """Create or compare-and-set update; see ``AgentTurnStore``."""
         with self._lock:
             if expected_version == -1:
                 self._check_create(snapshot)
                 return self._write(snapshot, None)
             record = self._existing(snapshot.id, expected_version)
-            return self._write(snapshot, record)
+            return self._released(self._write(snapshot, record), snapshot.id, release)
 
     def save_parent_and_children(
         self,
         parent: AgentTurnSnapshot,
         expected_parent_version: int,
         children: Sequence[AgentTurnSnapshot],
+        release: LeaseRef | None = None,
     ) -> SaveResult:
         """Check everything first, then write the parent and create the children."""
         with self._lock:
@@ -64,7 +67,7 @@ class InMemoryAgentTurnStore:
             result = self._write(parent, record)
             for child in children:
                 self._write(child, None)
-            return result
+            return self._released(result, parent.id, release)
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn."""
@@ -201,6 +204,15 @@ class InMemoryAgentTurnStore:
             raise HistoryRewrittenError(
                 snapshot.id, f"save has {len(new)} messages, {len(stored)} stored differ"
             )
+
+    def _released(self, result: SaveResult, turn_id: str, release: LeaseRef | None) -> SaveResult:
+        if release is None:
+            return result
+        h = self._records[turn_id].header
+        if h.lease is None or (h.lease.owner, h.lease.lease_id) != release:
+            return result
+        h.lease = None
+        return SaveResult(result.version, result.cancel_requested, lease_released=True)
 
     def _parent_lease(self, h: AgentTurnSnapshot) -> LeaseInfo | None:
         if h.parent_turn_id is None:

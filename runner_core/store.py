@@ -12,10 +12,20 @@ from runner_core.status import AgentTurnStatus
 
 @dataclass(frozen=True, slots=True)
 class SaveResult:
-    """What a save stored: the new version and the (merged) cancellation flag."""
+    """What a save stored: new version, merged cancel flag, and the lease given back.
+
+    ``lease_released`` is True when a save named a lease in ``release`` and that lease is
+    not held any more after the write.
+    """
+
 
     version: int
     cancel_requested: bool
+    lease_released: bool = False
+
+
+LeaseRef = tuple[str, str]
+"""(worker id, lease id) of a lease a save gives back in the same atomic write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +73,14 @@ class AgentTurnStore(Protocol):
         """The store's clock, in seconds since the epoch."""
         ...
 
-    def save(self, snapshot: AgentTurnSnapshot, expected_version: int) -> SaveResult:
-        """Create (``expected_version=-1``) or update a turn, compare-and-set on version."""
+    def save(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, release: LeaseRef | None = None
+    ) -> SaveResult:
+        """Create (``expected_version=-1``) or update a turn, compare-and-set on version.
+
+        With ``release``, the same write drops the lease if that worker and lease id hold
+        it (a worker's last save of a step: save and release in one round trip).
+        """
         ...
 
     def save_parent_and_children(
@@ -72,8 +88,9 @@ class AgentTurnStore(Protocol):
         parent: AgentTurnSnapshot,
         expected_parent_version: int,
         children: Sequence[AgentTurnSnapshot],
+        release: LeaseRef | None = None,
     ) -> SaveResult:
-        """Update the parent and create its children in one atomic write."""
+        """Update the parent and create its children in one atomic write (see ``save``)."""
         ...
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:

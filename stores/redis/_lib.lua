@@ -168,3 +168,18 @@ local function write(T, keys, b, prev, rid, now)
   index(T, b, cx, lu, now, prev ~= nil and prev.wait ~= '')
   return v, cx
 end
+
+-- Save and release in one script: after a write, drop the lease named by ARGV[i] (worker
+-- id) and ARGV[i + 1] (lease id) if they hold it. prev is the header read before the write.
+-- Returns '0' if no release was asked, else '1': the named lease is not held any more
+-- (dropped now, or by an earlier run of this very request).
+local function release_after(T, hkey, b, prev, cx, i, now)
+  local worker, lid = ARGV[i], ARGV[i + 1]
+  if not worker or worker == '' then return '0' end
+  if prev.lo == worker and prev.lid == lid then
+    redis.call('HDEL', hkey, 'lo', 'lid', 'lu')
+    redis.call('HDEL', T.leases, b.id)
+    place(T.runnable, b.id, b.st, cx, b.nra, '', now)
+  end
+  return '1'
+end

@@ -9,14 +9,19 @@
 -- ARGV[2..19]  the turn block (see create.lua): expected version, the stored count and
 --              last stored message id the caller believes, the new messages' count k
 -- ARGV[20..]   the k new message documents
+-- then, optionally, a worker id and lease id: the lease is given back in the same write
 --
--- Returns {'OK', version, cancel flag} | {'NOT_FOUND', id} | {'CONFLICT', id, expected,
+-- Returns {'OK', version, cancel flag, '1' if the named lease was given back} | {'NOT_FOUND', id} | {'CONFLICT', id, expected,
 --         actual} | {'MISMATCH', id, stored count, last id} (the caller's count is off:
 --         it may retry) | {'REWRITTEN', id, stored count, last id} | {'CORRUPT', id, why}
 local T = tag_keys()
 local b = block(2)
 local prev, err, replay = check_update(KEYS[7], b, ARGV[1])
 if not prev then return err end
-if replay then return {'OK', prev.v, prev.cx} end
-local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[8]}, b, prev, ARGV[1], clock())
-return {'OK', v, cx}
+if replay then
+  local asked = ARGV[b.next] and ARGV[b.next] ~= ''
+  return {'OK', prev.v, prev.cx, asked and '1' or '0'}
+end
+local now = clock()
+local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[8]}, b, prev, ARGV[1], now)
+return {'OK', v, cx, release_after(T, KEYS[7], b, prev, cx, b.next, now)}

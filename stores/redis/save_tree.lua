@@ -11,7 +11,8 @@
 -- ARGV[1]      request id (a replay answers OK)
 -- ARGV[2]      number of children
 -- ARGV[3..]    the parent's block (see create.lua) and its new messages, then each
---              child's block and messages
+--              child's block and messages, then optionally a worker id and lease id
+--              whose lease the same write gives back (see save.lua)
 --
 -- Returns the replies of save.lua, and for a child the CONFLICT/CORRUPT of create.lua.
 local T = tag_keys()
@@ -19,7 +20,12 @@ local rid = ARGV[1]
 local parent = block(3)
 local prev, err, replay = check_update(KEYS[7], parent, rid)
 if not prev then return err end
-if replay then return {'OK', prev.v, prev.cx} end
+if replay then
+  local last = parent.next
+  for i = 1, tonumber(ARGV[2]) do last = block(last).next end
+  local asked = ARGV[last] and ARGV[last] ~= ''
+  return {'OK', prev.v, prev.cx, asked and '1' or '0'}
+end
 local children = {}
 local at = parent.next
 for i = 1, tonumber(ARGV[2]) do
@@ -34,4 +40,4 @@ end
 local now = clock()
 local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[9]}, parent, prev, rid, now)
 for _, c in ipairs(children) do write(T, c[2], c[1], nil, rid, now) end
-return {'OK', v, cx}
+return {'OK', v, cx, release_after(T, KEYS[7], parent, prev, cx, at, now)}

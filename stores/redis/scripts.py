@@ -145,7 +145,8 @@ def saved(reply: Any, conversation_id: str | None = None) -> SaveResult | Mismat
     raise_for(reply, conversation_id)
     if code_of(reply) == "MISMATCH":
         return Mismatch(int(text(reply[2])), text(reply[3]))
-    return SaveResult(int(text(reply[1])), text(reply[2]) == "1")
+    released = len(reply) > 3 and text(reply[3]) == "1"
+    return SaveResult(int(text(reply[1])), text(reply[2]) == "1", lease_released=released)
 
 
 def loaded(reply: Any) -> Loaded | None:

@@ -32,7 +32,7 @@ from runner_core.errors import SnapshotCorruptedError, TurnNotFoundError
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import SaveResult, TurnControl
+from runner_core.store import LeaseRef, SaveResult, TurnControl
 from stores.redis import writes
 from stores.redis.cache import Known, TurnCache
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
@@ -112,22 +112,28 @@ class RedisAgentTurnStore:
             mono = after
         return base + (mono - at)
 
-    def save(self, snapshot: AgentTurnSnapshot, expected_version: int) -> SaveResult:
-        """Create (``expected_version=-1``) or compare-and-set update; one round trip."""
+    def save(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, release: LeaseRef | None = None
+    ) -> SaveResult:
+        """Create (``expected_version=-1``) or compare-and-set update; one round trip.
+
+        With ``release`` the same script also gives that lease back.
+        """
         with self.guard:
             if expected_version == -1:
                 return writes.create(self, snapshot)
-            return writes.update(self, snapshot, expected_version, ())
+            return writes.update(self, snapshot, expected_version, (), release)
 
     def save_parent_and_children(
         self,
         parent: AgentTurnSnapshot,
         expected_parent_version: int,
         children: Sequence[AgentTurnSnapshot],
+        release: LeaseRef | None = None,
     ) -> SaveResult:
         """Update the parent and create its children in one script (all checked first)."""
         with self.guard:
-            return writes.update(self, parent, expected_parent_version, children)
+            return writes.update(self, parent, expected_parent_version, children, release)
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn; ``TurnNotFoundError`` if unknown."""

@@ -18,7 +18,7 @@ from runner_core.errors import (
     TurnNotFoundError,
 )
 from runner_core.snapshot import AgentTurnSnapshot
-from runner_core.store import SaveResult
+from runner_core.store import LeaseRef, SaveResult
 from stores.redis.cache import Known
 from stores.redis.codec import Arg, turn_block
 from stores.redis.scripts import Mismatch, code_of, saved
@@ -71,6 +71,7 @@ def update(
     s: AgentTurnSnapshot,
     expected: int,
     children: Sequence[AgentTurnSnapshot],
+    release: LeaseRef | None = None,
 ) -> SaveResult:
     """Compare-and-set update (save.lua), or with new children (save_tree.lua)."""
     tag = store.tag_of(s.id)
@@ -78,7 +79,7 @@ def update(
     count = len(s.messages)
     stored = known.stored if known is not None and 0 <= known.stored <= count else count
     for _ in range(2):
-        result = saved(_save_call(store, tag, s, expected, stored, children))
+        result = saved(_save_call(store, tag, s, expected, stored, children, release))
         if isinstance(result, SaveResult):
             _remember_save(store, tag, s, known, stored, children)
             return result
@@ -94,16 +95,19 @@ def _save_call(
     expected: int,
     stored: int,
     children: Sequence[AgentTurnSnapshot],
+    release: LeaseRef | None,
 ) -> object:
     k = store.keys
     keys = k.tag_keys(tag) + k.write_keys(tag, s.id, None)
     block = turn_block(s, expected, stored)
+    tail: list[Arg] = list(release) if release is not None else []
     if not children:
-        return store.scripts.run("save", keys[:8], [store.request_id(), *block])
+        return store.scripts.run("save", keys[:8], [store.request_id(), *block, *tail])
     args: list[Arg] = [store.request_id(), str(len(children)), *block]
     for child in children:
         keys += k.write_keys(tag, child.id, child.parent_turn_id)
         args += turn_block(child, -1, 0)
+    args += tail
     # children need their id -> tag index entry, like any created turn, so that a
     # process that did not create them can find them
     index = [("SET", k.turn_index(c.id), tag, "NX") for c in children]
