@@ -33,7 +33,8 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> str:
         return "not-runnable"
     try:
         with runner.holding(turn):
-            runner.step(turn)
+            runner.step(turn, release=True)
+
     except (LeaseLostError, ConcurrentModificationError) as exc:
         log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
         return "fenced"

@@ -106,7 +106,8 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
         resume_phase=AgentTurnPhase.TOOLS,
         metadata={"child_turn_ids": ids},
     )
-    k.save(turn, children)
+    k.save(turn, children, last=True)
+
     _emit_failed(k, turn, failed)
     for child, task in zip(
         children, (t for t in plan.tasks if t.child_turn_id in ids), strict=True

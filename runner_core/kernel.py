@@ -98,18 +98,33 @@ class TurnKernel:
             raise LeaseLostError(st.id, f"turn is leased by worker {lease.owner!r}")
 
     def save(
-        self, turn: AgentTurn, children: Sequence[AgentTurnSnapshot] | None = None
+        self,
+        turn: AgentTurn,
+        children: Sequence[AgentTurnSnapshot] | None = None,
+        *,
+        last: bool = False,
     ) -> SaveResult:
-        """Compare-and-set the turn (and create children atomically); emits SNAPSHOT_SAVED."""
-        if turn.held_lease is not None:
-            turn.held_lease.check()
+        """Compare-and-set the turn (and create children atomically); emits SNAPSHOT_SAVED.
+
+        ``last``: nothing follows in this step; a worker that asked for it gives its lease
+        back in the same write (after which any further write raises ``LeaseLostError``).
+        """
+        held = turn.held_lease
+        if held is not None:
+            held.check()
+        release = held.ref() if last and held is not None and held.release_on_last_save else None
         st = turn.state
         st.updated_at = time.time()
+        extra = {"release": release} if release is not None else {}
         if children:
-            result = self.store.save_parent_and_children(st, st.version, children)
+            result = self.store.save_parent_and_children(st, st.version, children, **extra)
         else:
-            result = self.store.save(st, st.version)
+            result = self.store.save(st, st.version, **extra)
+
         st.version = result.version
+        if result.lease_released and held is not None:
+            held.released_by_save()
+
         if result.cancel_requested and not st.cancel_requested:
             st.cancel_requested = True
             self.emit(turn, AgentEventType.CANCELLATION_REQUESTED)
@@ -140,7 +155,7 @@ class TurnKernel:
         st.status = status
         st.suspension = None
         st.next_runnable_at = None
-        self.save(turn)
+        self.save(turn, last=True)
         if in_step:
             self.emit(turn, AgentEventType.STEP_COMPLETED)
         self.emit(

@@ -161,8 +161,14 @@ class AgentRunner:
         return self.loader.load(ref)
 
     # -- stepping -----------------------------------------------------------------------
-    def step(self, turn: AgentTurn) -> AgentStepResult:
-        """Advance the turn by one stable step; its status says what happens next."""
+    def step(self, turn: AgentTurn, *, release: bool = False) -> AgentStepResult:
+        """Advance the turn by one stable step; its status says what happens next.
+
+        ``release`` (worker mode): the step's last save also gives the turn's lease back,
+        one round trip instead of two; the lease cannot be used after this step.
+        """
+        if release and turn.held_lease is not None:
+            turn.held_lease.release_on_last_save = True
         try:
             return run_step(self.kernel, turn)
         finally:

@@ -175,9 +175,7 @@ class _Step:
             st.final_output = message.text or ""
             return Finish(Status.COMPLETED)
         st.phase = Phase.TOOLS
-        if self.k.save(turn).cancel_requested:
-            return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
-        return Continue()
+        return Continue()  # saved by _apply: the calls are recorded before any of them runs
 
     # -- phase TOOLS --------------------------------------------------------------------
     def _tools(self) -> Outcome:
@@ -188,9 +186,7 @@ class _Step:
                 return outcome
             if st.cancel_requested:
                 return Finish(Status.CANCELLED, self.k.cancellation_reason(self.turn))
-        if st.phase is Phase.TOOLS:
-            st.phase = Phase.MODEL
-            self.k.save(self.turn)
+        st.phase = Phase.MODEL
         return Continue()
 
     def _call(self, call: ToolCall) -> Outcome | None:
@@ -332,10 +328,11 @@ class _Step:
             st.approved_call_ids.remove(call.id)
         st.rejected_calls.pop(call.id, None)
         st.submitted_inputs.pop(call.id, None)
-        if not st.pending_tool_calls:
-            st.phase = Phase.MODEL
         self.result.tool_messages.append(message)
-        self.k.save(self.turn)
+        if st.pending_tool_calls:
+            self.k.save(self.turn)  # saved before the next call runs
+        else:
+            st.phase = Phase.MODEL  # saved by the step's last save, right after
         return None
 
     # -- failures and outcomes -----------------------------------------------------------
@@ -353,10 +350,14 @@ class _Step:
         after: list[tuple[E, dict[str, Any]]] = []
         match outcome:
             case Continue():
-                pass
+                saved = k.save(turn, last=True)
+                if saved.cancel_requested and not saved.lease_released:
+                    # the save re-read the cancel flag; a released turn ends at its next step
+                    cancel = Finish(Status.CANCELLED, k.cancellation_reason(turn))
+                    return self._apply(cancel, in_step=in_step)
             case Suspend(status=status, suspension=suspension, notice=notice):
                 st.status, st.suspension = status, suspension
-                k.save(turn)
+                k.save(turn, last=True)
                 data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
                 after = [(notice, {**data, **suspension.metadata}), (E.TURN_SUSPENDED, data)]
             case Retry(error=error, phase=phase):
@@ -403,7 +404,7 @@ class _Step:
             resume_phase=phase,
             metadata={"attempt": st.retry_count, "delay": delay},
         )
-        self.k.save(self.turn)
+        self.k.save(self.turn, last=True)
         return None
 
 

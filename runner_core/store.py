@@ -18,7 +18,6 @@ class SaveResult:
     not held any more after the write.
     """
 
-
     version: int
     cancel_requested: bool
     lease_released: bool = False

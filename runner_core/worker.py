@@ -43,10 +43,22 @@ class HeldLease:
         self.lease_id = lease.lease_id
         self.seconds = seconds
         self.lost = False
+        #: Set by ``runner.step(turn, release=True)``: the step's last save releases.
+        self.release_on_last_save = False
+        self.released = False
         #: Until then the claim's own reading of the turn (cancel flag included) counts as
         #: the step-entry check, which saves a round trip when a step follows its claim.
         self.fresh_until = time.monotonic() + FRESH_SECONDS
         self._deadline = time.monotonic() + seconds * _SAFETY
+
+    def ref(self) -> tuple[str, str]:
+        """(worker id, lease id), as a store names a lease."""
+        return self.owner, self.lease_id
+
+    def released_by_save(self) -> None:
+        """The step's last save gave the lease back: nothing more may be written."""
+        self.released = True
+        self.lost = True
 
     def take_fresh(self) -> bool:
         """True once, if the claim was made moments ago."""
@@ -81,8 +93,11 @@ class HeldLease:
         return ok
 
     def release(self) -> bool:
-        """Give the lease back."""
+        """Give the lease back (a no-op if the step's last save already did)."""
         self.lost = True
+        if self.released:
+            return True
+        self.released = True
         return self.store.release_lease(self.turn_id, self.owner, self.lease_id)
 
 
@@ -141,7 +156,8 @@ class AgentWorker:
         claimed = self.runner.claim_runnable(self.worker_id, limit=self.batch)
         for turn in claimed:
             with self.runner.holding(turn):
-                self.runner.step(turn)
+                self.runner.step(turn, release=True)
+
         return len(claimed)
 
     def run_until_idle(self, max_polls: int = 10_000) -> int:

@@ -161,10 +161,12 @@ class CountingStore(InMemoryAgentTurnStore):
         self.creates: list[str] = []
         self.before_save: Callable[[AgentTurnSnapshot, int], None] | None = None
 
-    def save(self, snapshot: AgentTurnSnapshot, expected_version: int) -> SaveResult:
+    def save(
+        self, snapshot: AgentTurnSnapshot, expected_version: int, release: Any = None
+    ) -> SaveResult:
         if self.before_save is not None:
             self.before_save(snapshot, expected_version)
-        result = super().save(snapshot, expected_version)
+        result = super().save(snapshot, expected_version, release)
         with self._lock:
             self.writes.append((snapshot.id, snapshot.status))
             if expected_version == -1:
@@ -176,8 +178,11 @@ class CountingStore(InMemoryAgentTurnStore):
         parent: AgentTurnSnapshot,
         expected_parent_version: int,
         children: Sequence[AgentTurnSnapshot],
+        release: Any = None,
     ) -> SaveResult:
-        result = super().save_parent_and_children(parent, expected_parent_version, children)
+        result = super().save_parent_and_children(
+            parent, expected_parent_version, children, release
+        )
         with self._lock:
             self.writes.append((parent.id, parent.status))
             for child in children:
