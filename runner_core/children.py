@@ -13,7 +13,6 @@ from runner_core.messages import ToolCall, UserMessage
 from runner_core.planning import (
     DONE,
     PLAN_TOOLS,
-    UPDATE_PLAN,
     AgentPlanningPolicy,
     FailureStrategy,
     PlanError,
@@ -44,8 +43,11 @@ def is_plan_call(turn: AgentTurn, call: ToolCall) -> bool:
     return call.name in PLAN_TOOLS and planning_policy(turn) is not None
 
 
-def store_plan(k: TurnKernel, turn: AgentTurn, call: ToolCall) -> str | None:
-    """Accept the plan a plan call proposes (the call stays pending); else the reason why not."""
+def store_plan(turn: AgentTurn, call: ToolCall) -> str | None:
+    """Take the plan a plan call proposes (the call stays pending); else the reason why not.
+
+    The step's final save records it; the caller emits PLAN_CREATED/UPDATED after that.
+    """
     st, policy = turn.state, planning_policy(turn)
     assert policy is not None
     if st.depth + 1 > policy.max_depth:
@@ -55,9 +57,6 @@ def store_plan(k: TurnKernel, turn: AgentTurn, call: ToolCall) -> str | None:
         st.task_plan = build_plan(call.name, call.arguments, call.id, st.task_plan, allowed, policy)
     except PlanError as exc:
         return str(exc)
-    k.save(turn)
-    kind = E.PLAN_UPDATED if call.name == UPDATE_PLAN else E.PLAN_CREATED
-    k.emit(turn, kind, plan=st.task_plan.model_dump(mode="json"))
     return None
 
 

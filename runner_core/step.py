@@ -22,7 +22,7 @@ from runner_core.messages import ToolCall, ToolMessage
 from runner_core.middleware import chain_model, chain_step, chain_tool
 from runner_core.models.base import ModelRequest
 from runner_core.models.function import INVALID_ARGUMENTS_KEY
-from runner_core.planning import TaskStatus, plan_result
+from runner_core.planning import UPDATE_PLAN, TaskStatus, plan_result
 from runner_core.snapshot import ErrorInfo, Suspension, SuspensionType
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
@@ -37,7 +37,9 @@ from runner_core.turn import AgentStepResult, AgentTurn
 
 @dataclass(frozen=True, slots=True)
 class Continue:
-    """The step's work is saved; the turn can take another step."""
+    """The step's work is saved (by ``_apply``, then ``events`` emitted); it may go on."""
+
+    events: tuple[tuple[E, dict[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +235,12 @@ class _Step:
     def _plan_call(self, call: ToolCall) -> Outcome | None:
         plan = self.st.task_plan
         if plan is None or plan.call_id != call.id:
-            reason = store_plan(self.k, self.turn, call)
-            return self._refuse(call, "invalid_plan", reason) if reason else Continue()
+            reason = store_plan(self.turn, call)
+            if reason:
+                return self._refuse(call, "invalid_plan", reason)
+            kind = E.PLAN_UPDATED if call.name == UPDATE_PLAN else E.PLAN_CREATED
+            assert self.st.task_plan is not None
+            return Continue(((kind, {"plan": self.st.task_plan.model_dump(mode="json")}),))
         content = plan_result(plan)
         self.k.emit(
             self.turn,
@@ -349,8 +355,10 @@ class _Step:
         st, k, turn = self.st, self.k, self.turn
         after: list[tuple[E, dict[str, Any]]] = []
         match outcome:
-            case Continue():
+            case Continue(events=events):
                 saved = k.save(turn, last=True)
+                for event_type, data in events:
+                    k.emit(turn, event_type, **data)
                 if saved.cancel_requested and not saved.lease_released:
                     # the save re-read the cancel flag; a released turn ends at its next step
                     cancel = Finish(Status.CANCELLED, k.cancellation_reason(turn))
