@@ -161,13 +161,13 @@ class Fleet:
     def stop_beat(self) -> None:
         """Stop beat."""
         if self.beat is not None:
-            _stop(self.beat)
+            stop_process(self.beat)
             self.beat = None
 
     def stop(self) -> None:
         """Stop everything still running."""
         for proc in self.workers.values():
-            _stop(proc)
+            stop_process(proc)
         self.workers.clear()
         self.stop_beat()
 
@@ -188,7 +188,8 @@ class Fleet:
         return subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 10 s."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)

@@ -62,9 +62,7 @@ def test_a_tree_save_can_release_the_parents_lease(store: AgentTurnStore) -> Non
     kids = [child_of(parent), child_of(parent)]
     waiting_for(parent, *kids)
 
-    result = store.save_parent_and_children(
-        parent, parent.version, kids, release=(owner, lease_id)
-    )
+    result = store.save_parent_and_children(parent, parent.version, kids, release=(owner, lease_id))
 
     assert result.lease_released is True
     assert store.peek(turn_id).lease is None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -21,7 +20,7 @@ import httpx
 import pytest
 
 from agentworker.celery_app import create_app
-from agentworker.local import CELERY, ROOT, Fleet, free_port
+from agentworker.local import CELERY, ROOT, Fleet, free_port, stop_process
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
 from runner_core import AgentTurnStatus
@@ -69,14 +68,8 @@ class FlowerProcess:
 
     def stop(self) -> None:
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        if proc is not None:
+            stop_process(proc)
 
     def alive(self) -> None:
         assert self.process is not None
