@@ -5,11 +5,13 @@ Configuration chosen for correctness; each choice has its reason next to it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 from agentworker.settings import Settings
+from runner_core import AgentWorkerError
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -73,6 +75,22 @@ def create_app(settings: Settings | None = None) -> Celery:
 
     tasks.register(celery)
     return celery
+
+
+def check_worker_settings(**_: Any) -> None:
+    """Refuse to start a worker that could not load its agents: one line, exit status 2.
+
+    Connected to ``worker_init``: beat, Flower and producers start without agents.
+    """
+    try:
+        Settings().load_agent_loader()
+    except AgentWorkerError as exc:
+        sys.stderr.write(f"agentworker: the worker cannot start: {exc}\n")
+        sys.stderr.flush()
+        raise SystemExit(2) from None
+
+
+signals.worker_init.connect(check_worker_settings, weak=False)
 
 
 app = create_app()

@@ -11,8 +11,8 @@ from celery import Celery
 
 from agentworker.dispatch import CeleryDispatcher
 from agentworker.eventstream import RedisEventBridge, bridge_client
-from agentworker.settings import Settings
-from runner_core import AgentExecutionPolicy, AgentRunner
+from agentworker.settings import Settings, UnsetAgentLoader
+from runner_core import AgentExecutionPolicy, AgentLoader, AgentRunner
 
 log = logging.getLogger("agentworker")
 
@@ -20,10 +20,14 @@ _lock = threading.Lock()
 _process_runner: tuple[int, AgentRunner] | None = None
 
 
-def make_runner(settings: Settings | None = None, app: Celery | None = None) -> AgentRunner:
+def make_runner(
+    settings: Settings | None = None, app: Celery | None = None, *, require_agents: bool = True
+) -> AgentRunner:
     """An AgentRunner on the Redis store that enqueues a step whenever a turn is runnable.
 
     For producers (``runner.start``) and webhook handlers (``runner.submit_resume``).
+    Without ``AGENTWORKER_AGENT_LOADER`` it raises ``ConfigurationError``, unless
+    ``require_agents`` is false (reading turns): then loading an agent raises it.
     """
     from stores import RedisAgentTurnStore
 
@@ -32,10 +36,14 @@ def make_runner(settings: Settings | None = None, app: Celery | None = None) -> 
         from agentworker.celery_app import app as default_app
 
         app = default_app
+    if require_agents or settings.agent_loader:
+        loader: AgentLoader = settings.load_agent_loader()
+    else:
+        loader = UnsetAgentLoader()
     store = RedisAgentTurnStore(settings.redis_url, namespace=settings.namespace)
     runner = AgentRunner(
         turn_store=store,
-        agent_loader=settings.load_agent_loader(),
+        agent_loader=loader,
         chat_memory_provider=store.chat_memory,
         policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
         dispatcher=CeleryDispatcher(app, settings.step_queue),

@@ -9,7 +9,12 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runner_core import AgentLoader, ConfigurationError
+from runner_core import Agent, AgentLoader, ConfigurationError
+
+MISSING_LOADER = (
+    "AGENTWORKER_AGENT_LOADER is not set: set it to 'package.module:attribute' naming your "
+    "AgentLoader (or a function returning one), e.g. my_agents:loader"
+)
 
 
 class Settings(BaseSettings):
@@ -25,8 +30,9 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     #: Key prefix, so several deployments can share one Redis.
     namespace: str = "agentworker"
-    #: ``package.module:attribute``: an AgentLoader, or a function returning one.
-    agent_loader: str = "agentworker.examples:order_loader"
+    #: ``package.module:attribute``: an AgentLoader, or a function returning one. No
+    #: default: a worker never serves agents nobody chose.
+    agent_loader: str | None = None
     #: Lease length; a heartbeat renews it every third of it while a step runs.
     lease_seconds: float = Field(default=30.0, gt=0)
     #: How often beat runs the sweeper.
@@ -64,7 +70,17 @@ class Settings(BaseSettings):
 
     def load_agent_loader(self) -> AgentLoader:
         """Import the configured loader (an instance, or a callable returning one)."""
+        if not self.agent_loader:
+            raise ConfigurationError(MISSING_LOADER)
         return import_loader(self.agent_loader)
+
+
+class UnsetAgentLoader:
+    """Stands in for a missing loader where reading turns needs none (the CLI)."""
+
+    def load(self, agent_id: str, version: str | None = None) -> Agent:
+        """Raise ``ConfigurationError`` saying what to set."""
+        raise ConfigurationError(f"cannot load agent {agent_id!r}: {MISSING_LOADER}")
 
 
 def import_loader(path: str) -> AgentLoader:

@@ -19,9 +19,9 @@ from pathlib import Path
 import redis
 
 from agentworker.celery_app import create_app
-from agentworker.local import Fleet, RedisServer
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
+from examples.local import Fleet, RedisServer
 from runner_core import AgentRunner
 
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from agentworker.local import Fleet, RedisServer
+from examples.local import Fleet, RedisServer
 from runner_core import AgentTurnStatus, ToolMessage
 from tests.e2e.agents import PREFIX
 from tests.e2e.test_fleet import drive, producer

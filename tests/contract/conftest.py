@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentworker.local import RedisServer, free_port
+from examples.local import RedisServer, free_port
 from runner_core import AgentTurnStore, InMemoryAgentTurnStore
 from stores import RedisAgentTurnStore
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentworker.local import Fleet, RedisServer
+from examples.local import Fleet, RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ from collections import Counter
 import pytest
 
 from agentworker.celery_app import create_app
-from agentworker.local import Fleet, RedisServer, free_port
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
+from examples.local import Fleet, RedisServer, free_port
 from runner_core import (
     Agent,
     AgentExecutionPolicy,

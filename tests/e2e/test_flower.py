@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from agentworker.celery_app import create_app
-from agentworker.local import CELERY, ROOT, Fleet, free_port, stop_process
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
+from examples.local import CELERY, ROOT, Fleet, free_port, stop_process
 from runner_core import AgentTurnStatus
 
 pytestmark = pytest.mark.e2e

@@ -20,9 +20,9 @@ import uvicorn
 from agentworker.celery_app import create_app
 from agentworker.eventstream import read_events
 from agentworker.http import TENANT_HEADER, create_http_app, sign, signed_headers
-from agentworker.local import ROOT, Fleet, RedisServer, free_port
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
+from examples.local import ROOT, Fleet, RedisServer, free_port
 from stores import RedisAgentTurnStore
 
 pytestmark = pytest.mark.e2e

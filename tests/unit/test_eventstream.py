@@ -21,7 +21,7 @@ from agentworker.eventstream import (
     read_events,
     stream_key,
 )
-from agentworker.local import RedisServer, free_port
+from examples.local import RedisServer, free_port
 from runner_core import (
     Agent,
     AgentEvent,
@@ -250,7 +250,7 @@ def test_make_runner_installs_the_bridge_only_when_events_are_enabled(
 
     def bridges(enabled: bool) -> int:
         settings = Settings(redis_url=server.url, namespace=ns, events_enabled=enabled)
-        runner = make_runner(settings, create_app(settings))
+        runner = make_runner(settings, create_app(settings), require_agents=False)
         return sum(isinstance(x, RedisEventBridge) for x in runner.events._listeners)
 
     assert bridges(True) == 1

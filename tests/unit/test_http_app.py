@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 from agentworker.eventstream import RedisEventBridge, read_events
 from agentworker.http import TENANT_HEADER, create_http_app, signed_headers
 from agentworker.http.errors import status_of
-from agentworker.local import RedisServer
 from agentworker.settings import Settings
+from examples.local import RedisServer
 from runner_core import (
     AgentConversationBusyException,
     AgentNotFoundError,

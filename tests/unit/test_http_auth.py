@@ -25,7 +25,7 @@ from agentworker.http.auth import (
     signed_headers,
 )
 from agentworker.http.errors import ApiError
-from agentworker.local import RedisServer
+from examples.local import RedisServer
 
 SECRET = "s3cret"
 NOW = 1_700_000_000.0

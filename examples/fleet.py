@@ -21,9 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentworker.celery_app import create_app
-from agentworker.local import Fleet, RedisServer
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
+from examples.local import Fleet, RedisServer
 from runner_core import AgentResumeCommand, AgentRunner, AgentTurnSnapshot, AgentTurnStatus
 
 PROMPT = "Order 1001 arrived broken: refund it and send a replacement."
@@ -121,7 +121,7 @@ def main() -> None:
         "AGENTWORKER_NAMESPACE": os.environ.get(
             "AGENTWORKER_NAMESPACE", "fleet-" + uuid.uuid4().hex[:6]
         ),
-        "AGENTWORKER_AGENT_LOADER": "agentworker.examples:order_loader",
+        "AGENTWORKER_AGENT_LOADER": "examples.orders:order_loader",
         "AGENTWORKER_SWEEP_INTERVAL": "0.5",
     }
     os.environ.update(env)

@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from agentworker.examples import order_loader
+from examples.orders import order_loader
 from runner_core import (
     AgentEvent,
     AgentEventType,
