@@ -1,50 +1,97 @@
-"""The ``agentworker`` command line: inspect, resume and cancel turns; sweep; the demo."""
+"""The ``agentworker`` command line: start, inspect, follow, resume and cancel turns; sweep.
+
+Every command reads ``AGENTWORKER_*`` like the workers do. Exit status: 0 done, 1 an error
+(one line on stderr: Redis down, unknown turn, a refused resume, bad settings), 2 a usage
+error, 3 nothing to do (the turn had already ended, or the resume changed nothing).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Annotated, Any
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import redis
 import typer
+from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 from rich.tree import Tree
 
+from agentworker.cli_views import (
+    status_markup,
+    summary_json,
+    turn_json,
+    turn_label,
+    turns_table,
+)
 from runner_core import (
     AgentResumeCommand,
     AgentRunner,
+    AgentTurnOptions,
     AgentTurnSnapshot,
     AgentTurnStatus,
     AgentWorkerError,
 )
 
 app = typer.Typer(help="Operate agentworker turns on the configured Redis.", no_args_is_help=True)
-turns = typer.Typer(help="List, inspect, follow, resume and cancel turns.", no_args_is_help=True)
+turns = typer.Typer(
+    help="Start, list, inspect, follow, resume and cancel turns.", no_args_is_help=True
+)
 app.add_typer(turns, name="turns")
 console = Console()
+errors = Console(stderr=True)
+
+NOTHING_TO_DO = 3
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def _runner() -> AgentRunner:
+def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn the errors an operator can meet into one line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except (AgentWorkerError, redis.RedisError, OSError) as exc:
+            raise fail(str(exc) or type(exc).__name__) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "settings"
+            raise fail(f"invalid setting {where}: {first['msg']}") from None
+
+    return wrapper
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` (one line, stderr) and return the exit to raise."""
+    errors.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code=code)
+
+
+def nothing_to_do(message: str) -> typer.Exit:
+    """Print ``nothing to do: message`` and return exit status 3."""
+    console.print(f"[yellow]nothing to do:[/] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code=NOTHING_TO_DO)
+
+
+def _runner(require_agents: bool = False) -> AgentRunner:
+    """A runner on the configured Redis; agents are loaded only by commands that need them."""
     from agentworker.runtime import make_runner
 
-    return make_runner()
+    return make_runner(require_agents=require_agents)
 
 
-def _fail(error: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/] {error}")
-    return typer.Exit(code=1)
-
-
-@app.command()
-def demo() -> None:
-    """Run the offline demo (what ``make demo`` runs)."""
-    from agentworker.demo import main
-
-    main()
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
 @app.command()
+@one_line_errors
 def sweep() -> None:
     """Run one sweep now: wake due retries, lost wake-ups, dead workers' turns, parents."""
     from agentworker.settings import Settings
@@ -54,18 +101,43 @@ def sweep() -> None:
     console.print(f"due {report.due}  lost {report.lost}  repaired {report.repaired}")
 
 
+@turns.command("start")
+@one_line_errors
+def start(
+    agent: Annotated[str, typer.Argument(help="The agent id (from AGENTWORKER_AGENT_LOADER).")],
+    input: Annotated[str, typer.Argument(help="The user's input.")],  # noqa: A002
+    conversation: Annotated[str | None, typer.Option(help="Conversation id.")] = None,
+    metadata: Annotated[str | None, typer.Option(help="Turn metadata, a JSON object.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the turn as JSON.")] = False,
+) -> None:
+    """Start a turn; a worker runs it (needs AGENTWORKER_AGENT_LOADER, like the workers)."""
+    meta = _json_object(metadata, "--metadata") if metadata else {}
+    turn = _runner(require_agents=True).start(
+        agent, input, conversation_id=conversation, options=AgentTurnOptions(metadata=meta)
+    )
+    if as_json:
+        _print_json(turn_json(turn.state, []))
+    else:
+        console.print(f"{turn.id}: {status_markup(turn.status)} (v{turn.state.version})")
+
+
 @turns.command("list")
+@one_line_errors
 def list_turns(
-    status: Annotated[AgentTurnStatus | None, typer.Option(help="Only this status.")] = None,
+    status: Annotated[
+        AgentTurnStatus | None,
+        typer.Option(case_sensitive=False, help="Only this status (any case)."),
+    ] = None,
     agent: Annotated[str | None, typer.Option(help="Only this agent id.")] = None,
     conversation: Annotated[str | None, typer.Option(help="Only this conversation.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
-    """List turns, newest first."""
+    """List turns, newest first, with their times and what the blocked ones wait for."""
     store = _runner().store
     lister = getattr(store, "list_turns", None)
     if lister is None:
-        raise _fail(TypeError(f"{type(store).__name__} cannot list turns"))
+        raise fail(f"{type(store).__name__} cannot list turns")
     filtered = agent is not None or conversation is not None
     rows = [
         r
@@ -73,66 +145,48 @@ def list_turns(
         if (agent is None or r.agent_id == agent)
         and (conversation is None or r.conversation_id == conversation)
     ][:limit]
-    table = Table()
-    for column in ("turn", "agent", "status", "version", "conversation", "parent", "leased by"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            r.turn_id,
-            r.agent_id,
-            _status(r.status),
-            str(r.version),
-            r.conversation_id or "",
-            (r.parent_turn_id or "")[:12],
-            r.lease_owner or "",
-        )
-    console.print(table)
-
-
-def _status(status: str | AgentTurnStatus) -> str:
-    s = AgentTurnStatus(status)
-    color = "green" if s is AgentTurnStatus.COMPLETED else "red" if s.is_terminal else "yellow"
-    return f"[{color}]{s.value}[/]"
+    # One extra read per blocked turn, for what it waits for.
+    with_snapshots = [
+        (r, store.load(r.turn_id) if AgentTurnStatus(r.status).is_blocked else None) for r in rows
+    ]
+    if as_json:
+        _print_json([summary_json(r, s) for r, s in with_snapshots])
+    else:
+        console.print(turns_table(with_snapshots))
 
 
 @turns.command("show")
-def show(turn_id: str) -> None:
-    """A turn and its children: status, phase, usage, what it waits for."""
+@one_line_errors
+def show(
+    turn_id: str,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the tree as JSON.")] = False,
+) -> None:
+    """A turn and its children: status, phase, usage, times, what it waits for."""
     runner = _runner()
-    try:
-        root = runner.store.load(turn_id)
-    except AgentWorkerError as exc:
-        raise _fail(exc) from exc
-    tree = Tree(_label(root))
+    root = runner.store.load(turn_id)
+    if as_json:
+        _print_json(_tree_json(runner, root))
+        return
+    tree = Tree(turn_label(root))
     _add_children(runner, tree, root.id)
     console.print(tree)
     if root.final_output:
-        console.print(f"[bold]final output:[/] {root.final_output}")
+        console.print(f"[bold]final output:[/] {escape(root.final_output)}")
 
 
-def _label(s: AgentTurnSnapshot) -> str:
-    label = (
-        f"[bold]{s.id}[/] {s.agent_id}@{s.agent_version}  {_status(s.status.value)} "
-        f"phase {s.phase.value}  steps {s.step_count}  model calls {s.iteration_count}  "
-        f"tools {s.tool_call_count}  tokens {s.usage.total_tokens}  v{s.version}"
-    )
-    if s.suspension is not None:
-        label += (
-            f"\n  waits for {s.suspension.type.value}: {s.suspension.message}"
-            f" [dim]({s.suspension.correlation_id or ''})[/]"
-        )
-    if s.terminal_reason:
-        label += f"\n  reason: {s.terminal_reason}"
-    return label
+def _tree_json(runner: AgentRunner, s: AgentTurnSnapshot) -> dict[str, Any]:
+    children = [_tree_json(runner, runner.store.load(c)) for c in runner.store.children_of(s.id)]
+    return turn_json(s, children)
 
 
 def _add_children(runner: AgentRunner, tree: Tree, turn_id: str) -> None:
     for child_id in runner.store.children_of(turn_id):
         child = runner.store.load(child_id)
-        _add_children(runner, tree.add(_label(child)), child_id)
+        _add_children(runner, tree.add(turn_label(child)), child_id)
 
 
 @turns.command("tail")
+@one_line_errors
 def tail(
     turn_id: str,
     after: Annotated[str, typer.Option(help="Resume after this stream id.")] = "0-0",
@@ -143,29 +197,26 @@ def tail(
     from agentworker.settings import Settings
 
     settings = Settings()
-    runner = _runner()
-    try:
-        root_id = runner.store.load(turn_id).root_turn_id
-    except AgentWorkerError as exc:
-        raise _fail(exc) from exc
+    root_id = _runner().store.load(turn_id).root_turn_id
     client = redis.Redis.from_url(settings.redis_url)
     for stream_id, event in follow(client, settings.namespace, root_id, after, timeout):
         data = event.get("data") or {}
         detail = data.get("tool") or data.get("reason") or data.get("message") or ""
         console.print(
             f"[dim]{stream_id}[/] {event['agent_id']:<16} {event['turn_id'][:8]} "
-            f"{event['type']:<24} {data.get('status', '')} {detail}",
+            f"{event['type']:<24} {data.get('status', '')} {escape(str(detail))}",
             highlight=False,
         )
 
 
 @turns.command("resume")
+@one_line_errors
 def resume(
     turn_id: str,
     approve: Annotated[str | None, typer.Option(help="Approve this tool call id.")] = None,
     reject: Annotated[str | None, typer.Option(help="Reject this tool call id.")] = None,
     reason: Annotated[str, typer.Option(help="Why the call is rejected.")] = "",
-    input: Annotated[str | None, typer.Option("--input", help="User input: JSON or text.")] = None,
+    input: Annotated[str | None, typer.Option("--input", help="User input: JSON or text.")] = None,  # noqa: A002
     call: Annotated[str | None, typer.Option(help="The call id the input is for.")] = None,
     retry: Annotated[bool, typer.Option("--continue", help="Run a scheduled retry now.")] = False,
     by: Annotated[str | None, typer.Option(help="Who resumes (saved as audit metadata).")] = None,
@@ -173,7 +224,7 @@ def resume(
     """Resume a blocked turn (a worker then runs it)."""
     chosen = [x for x in (approve, reject, input, retry or None) if x]
     if len(chosen) != 1:
-        raise _fail(ValueError("give exactly one of --approve, --reject, --input, --continue"))
+        raise fail("give exactly one of --approve, --reject, --input, --continue")
     if approve:
         command = AgentResumeCommand.approve_tool(approve)
     elif reject:
@@ -184,11 +235,14 @@ def resume(
         command = AgentResumeCommand.continue_turn()
     if by:
         command = command.with_metadata(by=by)
-    try:
-        turn = _runner().submit_resume(turn_id, command)
-    except AgentWorkerError as exc:
-        raise _fail(exc) from exc
-    console.print(f"{turn.id}: {_status(turn.status.value)} (v{turn.version})")
+    runner = _runner(require_agents=True)
+    before = runner.store.load(turn_id)
+    if before.status.is_terminal:
+        raise nothing_to_do(f"turn {turn_id} already ended ({before.status.value})")
+    turn = runner.submit_resume(turn_id, command)
+    if turn.id == before.id and turn.state.version == before.version:
+        raise nothing_to_do(f"turn {turn_id} is {turn.status.value}; the resume changed nothing")
+    console.print(f"{turn.id}: {status_markup(turn.status)} (v{turn.state.version})")
 
 
 def _json_or_text(value: str) -> str | dict[str, Any]:
@@ -199,14 +253,28 @@ def _json_or_text(value: str) -> str | dict[str, Any]:
     return parsed if isinstance(parsed, dict) else value
 
 
+def _json_object(value: str, option: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise fail(f"{option} is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise fail(f"{option} must be a JSON object")
+    return parsed
+
+
 @turns.command("cancel")
+@one_line_errors
 def cancel(turn_id: str, reason: Annotated[str | None, typer.Option()] = None) -> None:
     """Cancel a turn and its children."""
-    try:
-        turn = _runner().cancel(turn_id, reason)
-    except AgentWorkerError as exc:
-        raise _fail(exc) from exc
+    runner = _runner()
+    before = runner.store.load(turn_id)
+    if before.status.is_terminal:
+        raise nothing_to_do(f"turn {turn_id} already ended ({before.status.value})")
+    if before.cancel_requested:
+        raise nothing_to_do(f"turn {turn_id}: cancellation was already requested")
+    turn = runner.cancel(turn_id, reason)
     console.print(
-        f"{turn.id}: {_status(turn.status.value)}"
+        f"{turn.id}: {status_markup(turn.status)}"
         + ("" if turn.status.is_terminal else " (cancellation requested)")
     )
