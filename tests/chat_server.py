@@ -19,10 +19,11 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """One scripted answer: a JSON body, or SSE chunks (``[DONE]`` is appended)."""
+    """One scripted answer: a JSON body, raw bytes, or SSE chunks (``[DONE]`` is appended)."""
 
     status: int = 200
     body: Any = None
+    raw: bytes | None = None
     chunks: list[Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
@@ -101,7 +102,7 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (a timeout test)
 
         def _send_json(self, reply: Reply) -> None:
-            payload = json.dumps(reply.body).encode()
+            payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))

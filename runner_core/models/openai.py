@@ -102,6 +102,8 @@ class OpenAIChatModel:
             completion = self.client.chat.completions.create(**self._params(request), stream=False)
         except openai.OpenAIError as err:
             raise to_model_error(err) from err
+        except json.JSONDecodeError as err:
+            raise malformed_answer(err) from err
         if not isinstance(completion, ChatCompletion):
             raise ModelError(f"server returned no chat completion: {completion!r:.200}", True)
         assembler = StreamAssembler()
@@ -124,6 +126,8 @@ class OpenAIChatModel:
                         yield event
         except openai.OpenAIError as err:
             raise to_model_error(err) from err
+        except json.JSONDecodeError as err:
+            raise malformed_answer(err) from err
         yield StreamDone(_response(assembler, usage))
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
@@ -225,6 +229,8 @@ def _completion_events(completion: ChatCompletion) -> Iterator[ModelStreamEvent]
     if not completion.choices:
         return
     message = completion.choices[0].message
+    if message is None:  # a server or proxy that answered something else than a completion
+        raise ModelError("server returned a choice without a message", retryable=True)
     yield from _text_events(message, message.content or message.refusal)
     for index, call in enumerate(message.tool_calls or ()):
         function = getattr(call, "function", None)
@@ -312,6 +318,11 @@ def to_model_error(err: openai.OpenAIError) -> ModelError:
             f"model stream failed{label}: {err.message}", code not in FATAL_ERROR_CODES
         )
     return ModelError(f"model call failed: {err}", retryable=False)
+
+
+def malformed_answer(err: json.JSONDecodeError) -> ModelError:
+    """A body that is not JSON (a proxy's error page, a cut connection): worth retrying."""
+    return ModelError(f"model server sent malformed JSON: {err}", retryable=True)
 
 
 def _status_error(err: openai.APIStatusError) -> ModelError:
