@@ -2,14 +2,18 @@
 
 No Docker needed: the compose file is loaded with PyYAML and checked against the parts of
 the Compose Specification that can be written down without its JSON schema, and against
-``Settings``; the Dockerfile is checked against pyproject's package list.
+``Settings``; the Dockerfile is checked against pyproject's packages. Where a Docker
+engine is present, ``docker compose config`` validates the files as well.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from agentworker.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+AGENTS_OVERRIDE = ROOT / "deploy" / "compose.agents.yml"
 PYPROJECT = ROOT / "pyproject.toml"
 
 # Compose Specification: the top-level elements (plus x-* extensions).
@@ -62,6 +67,23 @@ SERVICE_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 PROFILE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 CELERY_SERVICES = {"worker": "worker", "beat": "beat", "flower": "flower"}
+APP_SERVICES = ("worker", "beat", "http", "flower", "producer")
+LONG_RUNNING = ("redis", "worker", "beat", "http", "flower")
+INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ``${VAR}``, ``${VAR:-default}`` and ``${VAR:?error}`` ($$ left alone)."""
+
+    def one(match: re.Match[str]) -> str:
+        name, op, arg = match.group(1), match.group(2), match.group(3) or ""
+        if env.get(name):
+            return env[name]
+        if op and op.endswith("?"):
+            raise KeyError(f"{name}: {arg}")
+        return arg if op else ""
+
+    return INTERPOLATION.sub(one, value)
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +121,8 @@ def env_names() -> set[str]:
 
 
 def top_level_packages() -> set[str]:
-    packages = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"]
-    return {p.split(".")[0] for p in packages}
+    find = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"]["find"]
+    return {pattern.rstrip("*").split(".")[0] for pattern in find["include"]}
 
 
 def dockerfile_copies() -> list[tuple[list[str], str]]:
@@ -156,6 +178,9 @@ def test_compose_healthchecks_are_well_formed(services: dict[str, dict[str, Any]
         if check is None:
             continue
         assert isinstance(check, dict) and set(check) <= HEALTHCHECK_KEYS | {"disable"}, name
+        if check.get("disable"):
+            assert check == {"disable": True}, name
+            continue
         test = check.get("test")
         assert isinstance(test, str) or (
             isinstance(test, list) and test and test[0] in {"NONE", "CMD", "CMD-SHELL"}
@@ -212,7 +237,116 @@ def test_compose_build_contexts_and_dockerfiles_exist(
 
 
 def test_compose_has_the_fleet(services: dict[str, dict[str, Any]]) -> None:
-    assert {"redis", "worker", "beat", "flower", "producer"} <= set(services)
+    assert {"redis", "worker", "beat", "http", "flower", "producer"} <= set(services)
+
+
+def test_every_service_has_a_healthcheck_and_a_restart_policy(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in LONG_RUNNING:
+        check = services[name].get("healthcheck")
+        assert check and not check.get("disable"), f"{name} has no healthcheck"
+        assert services[name].get("restart") == "unless-stopped", name
+    # The one-shot producer says why it has none.
+    assert services["producer"]["healthcheck"] == {"disable": True}
+    assert services["producer"]["restart"] == "no"
+
+
+def test_the_worker_health_is_a_celery_ping_of_itself(services: dict[str, dict[str, Any]]) -> None:
+    test = services["worker"]["healthcheck"]["test"]
+    assert test[0] == "CMD-SHELL"
+    args = shlex.split(test[1])
+    assert args[:4] == ["celery", "-A", "agentworker", "inspect"] and args[4] == "ping"
+    # -d names this container's worker, as --hostname=worker@%h named it ($$: no interpolation).
+    assert "--hostname=worker@%h" in argv(services["worker"])
+    assert args[args.index("-d") + 1] == "worker@$$HOSTNAME"
+
+
+def test_health_commands_run_the_health_module(services: dict[str, dict[str, Any]]) -> None:
+    from agentworker.health import main
+
+    for name in ("beat", "http", "flower"):
+        test = services[name]["healthcheck"]["test"]
+        assert test[:4] == ["CMD", "python", "-m", "agentworker.health"], (name, test)
+        assert main(["nonsense"]) == 2
+    beat_args = services["beat"]["healthcheck"]["test"][4:]
+    schedule = next(a.split("=", 1)[1] for a in argv(services["beat"]) if "--schedule=" in a)
+    assert beat_args == ["beat", schedule]
+    port = services["http"]["ports"][0].rsplit(":", 1)[1]
+    assert f"127.0.0.1:{port}/" in services["http"]["healthcheck"]["test"][5]
+    assert "--port" in argv(services["http"]) and port in argv(services["http"])
+
+
+def test_the_health_module_checks_what_it_says(tmp_path: Path) -> None:
+    from agentworker.health import beat_is_fresh, http_answers
+
+    schedule = tmp_path / "celerybeat-schedule"
+    assert beat_is_fresh(str(schedule)) is not None  # not written yet
+    (tmp_path / "celerybeat-schedule.db").write_bytes(b"")  # a dbm suffix counts
+    assert beat_is_fresh(str(schedule)) is None
+    os.utime(tmp_path / "celerybeat-schedule.db", (0, 0))
+    assert "old" in (beat_is_fresh(str(schedule)) or "")
+    from examples.local import free_port
+
+    assert http_answers(f"http://127.0.0.1:{free_port()}/", timeout=1) is not None
+
+
+def test_the_http_service_requires_a_webhook_secret(services: dict[str, dict[str, Any]]) -> None:
+    http = services["http"]
+    assert argv(http)[:2] == ["uvicorn", "agentworker.http:app"]
+    secret = http["environment"]["AGENTWORKER_WEBHOOK_SECRET"]
+    assert secret.startswith("${AGENTWORKER_WEBHOOK_SECRET:?"), secret
+    with pytest.raises(KeyError, match="AGENTWORKER_WEBHOOK_SECRET"):
+        interpolate(secret, {})
+    assert http["ports"] == ["127.0.0.1:8000:8000"]
+
+
+def test_redis_maxmemory_makes_noeviction_real(services: dict[str, dict[str, Any]]) -> None:
+    args = shlex.split(interpolate(services["redis"]["command"], {}))
+    assert args[args.index("--maxmemory") + 1] == "1gb"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    args = shlex.split(interpolate(services["redis"]["command"], {"REDIS_MAXMEMORY": "4gb"}))
+    assert args[args.index("--maxmemory") + 1] == "4gb"
+
+
+def test_the_agents_override_mounts_code_and_sets_the_loader(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    override = yaml.safe_load(AGENTS_OVERRIDE.read_text())
+    assert set(override["services"]) <= set(services)
+    assert "worker" in override["services"] and "http" in override["services"]
+    for name, service in override["services"].items():
+        assert set(service) <= SERVICE_KEYS, name
+        source, target, *_ = service["volumes"][0].split(":")
+        package = target.rsplit("/", 1)[1]
+        assert target == f"/app/{package}" and source == f"./{package}"
+        module = service["environment"]["AGENTWORKER_AGENT_LOADER"].split(":")[0]
+        assert module.split(".")[0] == package, name
+    # /app is on the image's import path.
+    assert re.search(r"^ENV .*PYTHONPATH=/app\b", DOCKERFILE.read_text(), re.M)
+
+
+def test_the_comments_tell_the_truth_about_docker_inspect() -> None:
+    text = COMPOSE.read_text()
+    for line in text.splitlines():
+        if "docker inspect" in line:
+            assert "still shows" in line or "shows a container's environment" in line, line
+
+
+def test_docker_compose_config_accepts_the_files(tmp_path: Path) -> None:
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "info"], capture_output=True).returncode:
+        pytest.skip("no Docker engine here: the structural checks above stand in")
+    env = {**os.environ, "FLOWER_PASSWORD": "x", "AGENTWORKER_WEBHOOK_SECRET": "y"}
+    for files in (["-f", str(COMPOSE)], ["-f", str(COMPOSE), "-f", str(AGENTS_OVERRIDE)]):
+        done = subprocess.run(
+            [docker, "compose", *files, "config", "--quiet"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
 
 
 def test_redis_is_durable_and_never_evicts(services: dict[str, dict[str, Any]]) -> None:
@@ -250,10 +384,14 @@ def test_flower_requires_basic_auth_from_the_environment(
     assert flower["ports"] == ["127.0.0.1:5555:5555"]
 
 
-def test_producer_module_exists(services: dict[str, dict[str, Any]]) -> None:
+def test_producer_module_exists_and_is_copied_into_the_image(
+    services: dict[str, dict[str, Any]],
+) -> None:
     args = argv(services["producer"])
     assert args[:2] == ["python", "-m"], args
     assert importlib.util.find_spec(args[2]) is not None, args[2]
+    copied = {src.rstrip("/") for sources, _ in dockerfile_copies() for src in sources}
+    assert args[2].split(".")[0] in copied
 
 
 def test_the_x_anchor_gives_every_app_service_the_same_environment(
@@ -261,8 +399,9 @@ def test_the_x_anchor_gives_every_app_service_the_same_environment(
 ) -> None:
     shared = compose["x-agentworker-env"]
     assert isinstance(shared, dict) and shared
-    for name in ("worker", "beat", "flower", "producer"):
-        env = {k: v for k, v in services[name]["environment"].items() if k != "FLOWER_BASIC_AUTH"}
+    own = {"FLOWER_BASIC_AUTH", "AGENTWORKER_WEBHOOK_SECRET", "AGENTWORKER_API_TOKEN"}
+    for name in APP_SERVICES:
+        env = {k: v for k, v in services[name]["environment"].items() if k not in own}
         assert env == shared, name
 
 
@@ -285,10 +424,12 @@ def test_compose_environment_is_a_valid_configuration(
     for key in env_names():
         monkeypatch.delenv(key, raising=False)
     for key, value in compose["x-agentworker-env"].items():
-        monkeypatch.setenv(key, str(value))
+        monkeypatch.setenv(key, interpolate(str(value), {}))
     settings = Settings()
     assert settings.broker.startswith("redis://redis:6379/")
     assert settings.redis_url.startswith("redis://redis:6379/")
+    # The example agents, explicitly (a worker has no default), and they load.
+    assert settings.agent_loader == "examples.orders:order_loader"
     assert settings.load_agent_loader() is not None
 
 
