@@ -13,9 +13,11 @@ from runner_core.errors import (
     LeaseLostError,
     RestoredError,
     SnapshotCorruptedError,
+    StoreUnavailableError,
+    TurnLeasedError,
     TurnNotFoundError,
 )
-from runner_core.events import AgentEvent, AgentEventListener, AgentEventType
+from runner_core.events import PROVISIONAL, AgentEvent, AgentEventListener, AgentEventType
 from runner_core.memory import ChatMemory, InMemoryChatMemory, attach_window
 from runner_core.memory_store import InMemoryAgentTurnStore
 from runner_core.messages import (
@@ -61,6 +63,7 @@ from runner_core.runner import AgentRunner
 from runner_core.snapshot import (
     SCHEMA_VERSION,
     AgentTurnSnapshot,
+    ChildResult,
     ErrorInfo,
     LeaseInfo,
     Suspension,
@@ -68,12 +71,18 @@ from runner_core.snapshot import (
     load_snapshot,
 )
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
-from runner_core.store import AgentTurnStore, SaveResult, TurnControl
+from runner_core.store import AgentTurnStore, CancelResult, Commit, SaveResult, TurnControl
 from runner_core.tools import ApprovalDecision, Tool, ToolError, tool
 from runner_core.turn import AgentStepResult, AgentTurn, TaskProgress
 from runner_core.worker import AgentWorker
 
 __all__ = [
+    "TurnLeasedError",
+    "StoreUnavailableError",
+    "Commit",
+    "ChildResult",
+    "CancelResult",
+    "PROVISIONAL",
     "SCHEMA_VERSION",
     "Agent",
     "AgentBudget",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from typing import Any
 
-from runner_core.errors import AgentNotFoundError, ConcurrentModificationError
+from runner_core.errors import AgentNotFoundError
 from runner_core.events import AgentEventType as E
 from runner_core.kernel import TurnKernel
 from runner_core.messages import ToolCall, UserMessage
@@ -93,8 +93,7 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
         task.status, task.child_turn_id = TaskStatus.RUNNING, child.id
         children.append(child)
     if not children:
-        k.save(turn)
-        _emit_failed(k, turn, failed)
+        k.commit(turn, after=_failed_events(failed))
         return False
     ids = [c.id for c in children]
     st.status = AgentTurnStatus.WAITING_FOR_CHILD
@@ -105,29 +104,27 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
         resume_phase=AgentTurnPhase.TOOLS,
         metadata={"child_turn_ids": ids},
     )
-    k.save(turn, children, last=True)
-
-    _emit_failed(k, turn, failed)
+    after = _failed_events(failed)
     for child, task in zip(
         children, (t for t in plan.tasks if t.child_turn_id in ids), strict=True
     ):
-        k.emit(
-            turn, E.TASK_STARTED, task_id=task.id, child_turn_id=child.id, agent_id=child.agent_id
-        )
-        k.emit(turn, E.CHILD_STARTED, child_turn_id=child.id, agent_id=child.agent_id)
-    k.emit(
-        turn,
-        E.TURN_SUSPENDED,
-        correlation_id=st.suspension.correlation_id,
-        message=st.suspension.message,
-        child_turn_ids=ids,
-    )
+        started = {"child_turn_id": child.id, "agent_id": child.agent_id}
+        after.append((E.TASK_STARTED, {"task_id": task.id, **started}))
+        after.append((E.CHILD_STARTED, started))
+    suspended = {
+        "correlation_id": st.suspension.correlation_id,
+        "message": st.suspension.message,
+        "child_turn_ids": ids,
+    }
+    after.append((E.TURN_SUSPENDED, suspended))
+    k.commit(turn, children, last=True, after=after)
     return True
 
 
-def _emit_failed(k: TurnKernel, turn: AgentTurn, failed: list[PlanTask]) -> None:
-    for task in failed:
-        k.emit(turn, E.TASK_FAILED, task_id=task.id, child_turn_id=None, error=task.error)
+def _failed_events(failed: list[PlanTask]) -> list[tuple[E, dict[str, Any]]]:
+    return [
+        (E.TASK_FAILED, {"task_id": t.id, "child_turn_id": None, "error": t.error}) for t in failed
+    ]
 
 
 def _child(
@@ -179,66 +176,42 @@ def child_policy(
     return policy.model_copy(update={"budget": budget})
 
 
-def complete_child(
-    store: AgentTurnStore,
-    emit: Callable[[AgentTurnSnapshot, E, dict[str, object]], None],
-    parent_id: str,
-    child_id: str,
-    policy: AgentPlanningPolicy | None,
-    attempts: int = 20,
-) -> bool:
-    """Record an ended child in its waiting parent; True if the parent became runnable.
+def settle_children(k: TurnKernel, turn: AgentTurn) -> None:
+    """A woken parent takes its children's results: tasks settled, usage added, resumed.
 
-    Late or duplicate completions (the parent no longer waits on this child) change nothing.
+    Runs inside the parent's own step, under its own lease; the step's commit records it
+    (and clears the results the store kept for it).
     """
-    for _ in range(attempts):
-        parent = store.load(parent_id)
-        waiting = waiting_child_ids(parent)
-        if child_id not in waiting:
-            return False
-        child = store.load(child_id)
-        if not child.status.is_terminal or parent.task_plan is None:
-            return False
-        task = parent.task_plan.task_of_child(child_id)
+    st = turn.state
+    assert st.suspension is not None
+    policy = planning_policy(turn)
+    limit = policy.max_result_chars if policy else 4000
+    ids = waiting_child_ids(st)
+    for child_id in ids:
+        result = st.child_results[child_id]
+        st.usage = st.usage + result.usage
+        st.tool_call_count += result.tool_call_count
+        task = st.task_plan.task_of_child(child_id) if st.task_plan is not None else None
         if task is None:
-            return False
-        status = _task_status(child.status)
-        result = truncate(child.final_output or "", policy.max_result_chars if policy else 4000)
-        _settle(
-            parent.task_plan,
-            task,
-            status,
-            result if status is TaskStatus.COMPLETED else None,
-            child.terminal_reason,
-            policy,
-        )
-        parent.usage = parent.usage + child.usage
-        parent.tool_call_count += child.tool_call_count
-        _unwait(parent, [w for w in waiting if w != child_id])
-        try:
-            store.save(parent, parent.version)
-        except ConcurrentModificationError:
             continue
-        event = E.TASK_COMPLETED if status is TaskStatus.COMPLETED else E.TASK_FAILED
-        emit(
-            parent,
-            event,
-            {
-                "task_id": task.id,
-                "child_turn_id": child_id,
-                "child_status": child.status.value,
-                "error": task.error,
-            },
+        assert st.task_plan is not None
+        status = _task_status(result.status)
+        output = truncate(result.final_output or "", limit)
+        done = output if status is TaskStatus.COMPLETED else None
+        _settle(st.task_plan, task, status, done, result.terminal_reason, policy)
+        kind = E.TASK_COMPLETED if status is TaskStatus.COMPLETED else E.TASK_FAILED
+        k.emit(
+            turn,
+            kind,
+            task_id=task.id,
+            child_turn_id=child_id,
+            child_status=result.status.value,
+            error=task.error,
         )
-        if parent.status is AgentTurnStatus.RUNNING:
-            emit(parent, E.TURN_RESUMED, {"child_turn_id": child_id})
-            return True
-        return False
-
-    log.error(
-        "parent %s: could not record child %s after %d attempts", parent_id, child_id, attempts
-    )
-    return False
+    phase = st.suspension.resume_phase
+    st.status, st.phase, st.suspension = AgentTurnStatus.RUNNING, phase, None
+    st.child_results = {}
+    k.emit(turn, E.TURN_RESUMED, child_turn_ids=ids)
 
 
 def _task_status(child: AgentTurnStatus) -> TaskStatus:
@@ -274,21 +247,6 @@ def _settle(
                 )
                 blocked.add(t.id)
                 changed = True
-
-
-def _unwait(parent: AgentTurnSnapshot, remaining: list[str]) -> None:
-    s = parent.suspension
-    assert s is not None
-    if remaining:
-        parent.suspension = s.model_copy(
-            update={
-                "metadata": {**s.metadata, "child_turn_ids": remaining},
-                "correlation_id": remaining[0] if len(remaining) == 1 else None,
-                "message": f"waiting for {len(remaining)} child turn(s)",
-            }
-        )
-        return
-    parent.status, parent.phase, parent.suspension = AgentTurnStatus.RUNNING, s.resume_phase, None
 
 
 def plan_finished(plan: TaskPlan) -> bool:

@@ -46,6 +46,22 @@ class LeaseLostError(AgentWorkerError):
         self.turn_id = turn_id
 
 
+class TurnLeasedError(LeaseLostError):
+    """Raised when a write without the turn's lease meets another owner's live lease.
+
+    Nothing was written. ``retry_after`` (seconds) is when that lease expires at the
+    latest; the owner usually gives it back sooner.
+    """
+
+    def __init__(self, turn_id: str, owner: str, retry_after: float) -> None:
+        super().__init__(
+            turn_id,
+            f"leased by worker {owner!r} for up to {retry_after:.3f}s more; try again then",
+        )
+        self.owner = owner
+        self.retry_after = max(0.0, retry_after)
+
+
 class InvalidResumeError(AgentWorkerError, ValueError):
     """Raised when a resume command does not fit the turn's state; nothing is changed."""
 
@@ -93,3 +109,11 @@ class HistoryRewrittenError(AgentWorkerError):
     def __init__(self, turn_id: str, message: str) -> None:
         super().__init__(f"turn {turn_id!r}: {message}")
         self.turn_id = turn_id
+
+
+class StoreUnavailableError(AgentWorkerError):
+    """Raised when the store cannot be reached (a write may or may not have landed)."""
+
+    def __init__(self, url: str, cause: BaseException) -> None:
+        super().__init__(f"store at {url} is unavailable: {type(cause).__name__}: {cause}")
+        self.url = url

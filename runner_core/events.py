@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+
+from runner_core.frozen import freeze, thaw
 
 if TYPE_CHECKING:
     from runner_core.snapshot import AgentTurnSnapshot
@@ -56,9 +58,40 @@ class AgentEventType(str, Enum):
         return self.value
 
 
+#: Live progress: sent at once by whoever makes it, never part of a commit. A consumer
+#: sees them marked ``provisional`` with the ``attempt`` (lease id) that made them.
+PROVISIONAL = frozenset(
+    {
+        AgentEventType.MODEL_STARTED,
+        AgentEventType.MODEL_TEXT_DELTA,
+        AgentEventType.MODEL_REASONING_DELTA,
+        AgentEventType.MODEL_TOOL_CALL_DELTA,
+        AgentEventType.TOOL_STARTED,
+        AgentEventType.TOOL_PROGRESS,
+    }
+)
+
+#: The events that end a turn.
+TERMINAL_EVENTS = frozenset(
+    {
+        AgentEventType.TURN_COMPLETED,
+        AgentEventType.TURN_FAILED,
+        AgentEventType.TURN_CANCELLED,
+        AgentEventType.MAX_ITERATIONS_REACHED,
+        AgentEventType.MAX_STEPS_REACHED,
+        AgentEventType.BUDGET_EXCEEDED,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentEvent:
-    """One event; ``data`` is read-only and holds at least status, phase and step count."""
+    """One event; ``data`` is deeply read-only and holds at least status, phase, step count.
+
+    Committed events (``provisional`` False) were written by the commit they describe;
+    ``sequence`` numbers them 1, 2, 3, ... per turn, across processes. A provisional
+    event carries the sequence of the last committed event before it and its ``attempt``.
+    """
 
     event_id: str
     type: AgentEventType
@@ -67,15 +100,99 @@ class AgentEvent:
     parent_turn_id: str | None
     agent_id: str
     agent_version: str
-    #: Grows within a turn across processes: ``version * 1_000_000 + n``.
     sequence: int
     occurred_at: float
     data: Mapping[str, Any]
+    provisional: bool = False
+    #: The attempt (lease id, or a direct runner's step id) that made a provisional event.
+    attempt: str | None = None
+
+    def sequenced(self, sequence: int) -> AgentEvent:
+        """A copy numbered as its commit assigned."""
+        return replace(self, sequence=sequence)
 
 
 AgentEventListener = Callable[[AgentEvent], None]
 
-_SEQUENCE_BASE = 1_000_000
+
+def make_event(
+    s: AgentTurnSnapshot,
+    type: AgentEventType,
+    data: Mapping[str, Any],
+    *,
+    attempt: str | None = None,
+) -> AgentEvent:
+    """An event about the turn ``s`` as it is now (unnumbered until its commit)."""
+    payload = {"status": s.status.value, "phase": s.phase.value, "step_count": s.step_count}
+    payload.update(data)
+    provisional = type in PROVISIONAL
+    return AgentEvent(
+        event_id=uuid.uuid4().hex,
+        type=type,
+        turn_id=s.id,
+        root_turn_id=s.root_turn_id,
+        parent_turn_id=s.parent_turn_id,
+        agent_id=s.agent_id,
+        agent_version=s.agent_version,
+        sequence=s.event_sequence,
+        occurred_at=time.time(),
+        data=freeze(payload),
+        provisional=provisional,
+        attempt=attempt if provisional else None,
+    )
+
+
+def event_to_dict(event: AgentEvent) -> dict[str, Any]:
+    """Every field of the event as JSON-ready values (enums as their values)."""
+    return {
+        "event_id": event.event_id,
+        "type": event.type.value,
+        "turn_id": event.turn_id,
+        "root_turn_id": event.root_turn_id,
+        "parent_turn_id": event.parent_turn_id,
+        "agent_id": event.agent_id,
+        "agent_version": event.agent_version,
+        "sequence": event.sequence,
+        "occurred_at": event.occurred_at,
+        "data": thaw(event.data),
+        "provisional": event.provisional,
+        "attempt": event.attempt,
+    }
+
+
+def event_json(event: AgentEvent) -> str:
+    """The event as compact JSON (unknown values as their JSON form or text)."""
+    return json.dumps(event_to_dict(event), default=json_default, separators=(",", ":"))
+
+
+def event_from_dict(doc: Mapping[str, Any]) -> AgentEvent:
+    """The inverse of ``event_to_dict``."""
+    return AgentEvent(
+        event_id=str(doc["event_id"]),
+        type=AgentEventType(doc["type"]),
+        turn_id=str(doc["turn_id"]),
+        root_turn_id=str(doc["root_turn_id"]),
+        parent_turn_id=doc.get("parent_turn_id"),
+        agent_id=str(doc["agent_id"]),
+        agent_version=str(doc["agent_version"]),
+        sequence=int(doc.get("sequence") or 0),
+        occurred_at=float(doc["occurred_at"]),
+        data=freeze(doc.get("data") or {}),
+        provisional=bool(doc.get("provisional", False)),
+        attempt=doc.get("attempt"),
+    )
+
+
+def json_default(value: Any) -> Any:
+    """JSON for enums, pydantic models, sets and anything else (as text)."""
+    if isinstance(value, Enum):
+        return value.value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
 
 
 class EventBus:
@@ -83,7 +200,6 @@ class EventBus:
 
     def __init__(self) -> None:
         self._listeners: tuple[AgentEventListener, ...] = ()
-        self._counters: dict[str, tuple[int, int]] = {}
 
     def add(self, listener: AgentEventListener) -> None:
         """Add a listener."""
@@ -95,37 +211,16 @@ class EventBus:
 
     @property
     def active(self) -> bool:
-        """True when someone listens (events are only built then)."""
+        """True when someone listens."""
         return bool(self._listeners)
 
-    def emit(self, s: AgentTurnSnapshot, type: AgentEventType, **data: Any) -> None:
-        """Build the event for the turn ``s`` and deliver it to every listener, in order."""
-        listeners = self._listeners
-        if not listeners:
-            return
-        payload = {
-            "status": s.status.value,
-            "phase": s.phase.value,
-            "step_count": s.step_count,
-            **data,
-        }
-        event = AgentEvent(
-            event_id=uuid.uuid4().hex,
-            type=type,
-            turn_id=s.id,
-            root_turn_id=s.root_turn_id,
-            parent_turn_id=s.parent_turn_id,
-            agent_id=s.agent_id,
-            agent_version=s.agent_version,
-            sequence=self._next_sequence(s.id, s.version),
-            occurred_at=time.time(),
-            data=MappingProxyType(payload),
-        )
-        for listener in listeners:
+    def deliver(self, event: AgentEvent) -> None:
+        """Hand ``event`` to every listener, in order."""
+        for listener in self._listeners:
             try:
                 listener(event)
             except Exception:
-                log.exception("event listener %r failed on %s", listener, type.value)
+                log.exception("event listener %r failed on %s", listener, event.type.value)
 
     def flush(self) -> None:
         """Let buffering listeners (those with a ``flush()``) write out what they hold."""
@@ -137,11 +232,3 @@ class EventBus:
                 flush()
             except Exception:
                 log.exception("event listener %r failed to flush", listener)
-
-    def _next_sequence(self, turn_id: str, version: int) -> int:
-        last_version, n = self._counters.get(turn_id, (version, 0))
-        n = n + 1 if last_version == version else 1
-        if len(self._counters) > 10_000:
-            self._counters.clear()
-        self._counters[turn_id] = (version, n)
-        return (version + 1) * _SEQUENCE_BASE + n

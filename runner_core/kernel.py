@@ -1,21 +1,28 @@
-"""What every runner operation shares: save, ownership checks, events, closing."""
+"""What every runner operation shares: the one commit, ownership checks, events, closing.
+
+``TurnKernel.commit`` is the one place where a turn is written (DESIGN.md, invariant 8).
+Events about a change wait on the turn until the commit that makes the change: the store
+writes them with it and numbers them, and only then do listeners get them (invariant 9).
+Provisional progress events (model/tool started, deltas) go out at once.
+"""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from runner_core.agent import AgentLoader
-from runner_core.errors import ConcurrentModificationError, LeaseLostError
-from runner_core.events import AgentEventType, EventBus
+from runner_core.errors import ConcurrentModificationError, LeaseLostError, StoreUnavailableError
+from runner_core.events import PROVISIONAL, AgentEvent, AgentEventType, EventBus, make_event
 from runner_core.messages import AiMessage, ToolMessage
 from runner_core.middleware import Middleware
 from runner_core.planning import TaskStatus
 from runner_core.policy import AgentExecutionPolicy
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import AgentTurnStore, SaveResult, TurnControl
+from runner_core.store import AgentTurnStore, Commit, SaveResult, TurnControl
 from runner_core.turn import AgentTurn
 
 TERMINAL_EVENT = {
@@ -28,7 +35,12 @@ TERMINAL_EVENT = {
 }
 
 AfterSave = Callable[[AgentTurn], None]
-OnTerminal = Callable[[AgentTurn], None]
+OnTerminal = Callable[[AgentTurn, SaveResult], None]
+EventSpec = tuple[AgentEventType, dict[str, Any]]
+
+#: A writer without a lease retries an unavailable store this often (a blip), then raises.
+UNLEASED_TRIES = 3
+_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.5)
 
 
 class TurnKernel:
@@ -52,6 +64,8 @@ class TurnKernel:
         self.runner_middleware = tuple(middleware)
         self.after_save = after_save
         self._chains: dict[int, tuple[Middleware, ...]] = {}
+        #: Whether the store keeps committed events (then they are built even unheard).
+        self.store_records_events = bool(getattr(store, "records_events", True))
 
     def policy(self, turn: AgentTurn) -> AgentExecutionPolicy:
         """The turn's own policy, else the runner's."""
@@ -68,16 +82,31 @@ class TurnKernel:
             chain = self._chains[key] = self.runner_middleware + agent_mw
         return chain
 
+    # -- events ---------------------------------------------------------------------------
     def emit(self, turn: AgentTurn, type: AgentEventType, **data: Any) -> None:
-        """Deliver an event about ``turn``."""
-        self.bus.emit(turn.state, type, **data)
+        """A provisional event goes out now; any other waits for the turn's next commit."""
+        if type in PROVISIONAL:
+            if self.bus.active:
+                self.bus.deliver(make_event(turn.state, type, data, attempt=attempt_of(turn)))
+        elif self.bus.active or self.store_records_events:
+            turn.pending_events.append(make_event(turn.state, type, data))
 
+    def _events(
+        self, turn: AgentTurn, version: int, after: Sequence[EventSpec]
+    ) -> tuple[AgentEvent, ...]:
+        if not (self.bus.active or self.store_records_events):
+            return ()
+        st = turn.state
+        saved = make_event(st, AgentEventType.SNAPSHOT_SAVED, {"version": version})
+        later = [make_event(st, kind, data) for kind, data in after]
+        return (*turn.pending_events, saved, *later)
+
+    # -- ownership --------------------------------------------------------------------------
     def control(self, turn: AgentTurn) -> TurnControl:
         """Re-read the stored control fields; the cancel flag is merged into the turn."""
         control = self.store.peek(turn.state.id)
-        if control.cancel_requested and not turn.state.cancel_requested:
+        if control.cancel_requested:
             turn.state.cancel_requested = True
-            self.emit(turn, AgentEventType.CANCELLATION_REQUESTED)
         return control
 
     def guard(self, turn: AgentTurn) -> None:
@@ -97,6 +126,73 @@ class TurnKernel:
         if lease is not None:
             raise LeaseLostError(st.id, f"turn is leased by worker {lease.owner!r}")
 
+    # -- the one door -------------------------------------------------------------------------
+    def commit(
+        self,
+        turn: AgentTurn,
+        children: Sequence[AgentTurnSnapshot] = (),
+        *,
+        last: bool = False,
+        after: Sequence[EventSpec] = (),
+    ) -> SaveResult:
+        """Write the turn (and create ``children``) with its events: the one door.
+
+        The turn's waiting events, SNAPSHOT_SAVED, then ``after`` ride in the same atomic
+        write and reach listeners only once it landed. ``last``: nothing follows in this
+        step; a worker that asked for it gives its lease back in the same write (after
+        which any further write raises ``LeaseLostError``). A refused commit changes
+        nothing stored and drops the waiting events: the work they describe never happened.
+        """
+        held = turn.held_lease
+        if held is not None:
+            held.check()
+        st = turn.state
+        st.updated_at = time.time()
+        commit = Commit(
+            snapshot=st,
+            expected_version=st.version,
+            request_id=uuid.uuid4().hex,
+            lease=held.ref() if held is not None else None,
+            release=last and held is not None and held.release_on_last_save,
+            children=tuple(children),
+            events=self._events(turn, st.version + 1, after),
+        )
+        try:
+            result = self._write(turn, commit)
+        finally:
+            turn.pending_events = []
+        st.version = result.version
+        if commit.events:
+            st.event_sequence = result.first_sequence + len(commit.events) - 1
+        if result.lease_released and held is not None:
+            held.released_by_save()
+        if result.cancel_requested:
+            st.cancel_requested = True
+        if self.after_save is not None:
+            self.after_save(turn)
+        if self.bus.active:
+            for i, event in enumerate(commit.events):
+                self.bus.deliver(event.sequenced(result.first_sequence + i))
+        return result
+
+    def _write(self, turn: AgentTurn, commit: Commit) -> SaveResult:
+        """``store.commit``, again with the same request id while the store is unavailable.
+
+        A lease holder tries until its lease runs out (the write is idempotent by request
+        id, so a reply lost in a blip is answered by the replay); others try a few times.
+        """
+        held = turn.held_lease
+        for attempt in range(10_000):
+            try:
+                return self.store.commit(commit)
+            except StoreUnavailableError:
+                if held is None and attempt + 1 >= UNLEASED_TRIES:
+                    raise
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                if held is not None:
+                    held.check()  # LeaseLostError once the lease may have run out
+        raise AssertionError("unreachable")
+
     def save(
         self,
         turn: AgentTurn,
@@ -104,34 +200,8 @@ class TurnKernel:
         *,
         last: bool = False,
     ) -> SaveResult:
-        """Compare-and-set the turn (and create children atomically); emits SNAPSHOT_SAVED.
-
-        ``last``: nothing follows in this step; a worker that asked for it gives its lease
-        back in the same write (after which any further write raises ``LeaseLostError``).
-        """
-        held = turn.held_lease
-        if held is not None:
-            held.check()
-        release = held.ref() if last and held is not None and held.release_on_last_save else None
-        st = turn.state
-        st.updated_at = time.time()
-        extra = {"release": release} if release is not None else {}
-        if children:
-            result = self.store.save_parent_and_children(st, st.version, children, **extra)
-        else:
-            result = self.store.save(st, st.version, **extra)
-
-        st.version = result.version
-        if result.lease_released and held is not None:
-            held.released_by_save()
-
-        if result.cancel_requested and not st.cancel_requested:
-            st.cancel_requested = True
-            self.emit(turn, AgentEventType.CANCELLATION_REQUESTED)
-        if self.after_save is not None:
-            self.after_save(turn)
-        self.emit(turn, AgentEventType.SNAPSHOT_SAVED, version=result.version)
-        return result
+        """``commit`` without events of its own (kept for callers of the old name)."""
+        return self.commit(turn, children or (), last=last)
 
     def finish(
         self,
@@ -141,8 +211,8 @@ class TurnKernel:
         error: BaseException | None = None,
         *,
         in_step: bool = False,
-    ) -> None:
-        """End the turn: close an abnormal history, save, emit, then wake a waiting parent."""
+    ) -> SaveResult:
+        """End the turn: close an abnormal history, commit with its terminal events."""
         st = turn.state
         if status is not AgentTurnStatus.COMPLETED:
             reason = reason or status.value.lower()
@@ -155,14 +225,14 @@ class TurnKernel:
         st.status = status
         st.suspension = None
         st.next_runnable_at = None
-        self.save(turn, last=True)
-        if in_step:
-            self.emit(turn, AgentEventType.STEP_COMPLETED)
-        self.emit(
-            turn, TERMINAL_EVENT[status], reason=st.terminal_reason, final_output=st.final_output
-        )
+        st.child_results = {}
+        after: list[EventSpec] = [(AgentEventType.STEP_COMPLETED, {})] if in_step else []
+        terminal = {"reason": st.terminal_reason, "final_output": st.final_output}
+        after.append((TERMINAL_EVENT[status], terminal))
+        result = self.commit(turn, last=True, after=after)
         if self.on_terminal is not None:
-            self.on_terminal(turn)
+            self.on_terminal(turn, result)
+        return result
 
     def cancellation_reason(self, turn: AgentTurn) -> str:
         """The caller's reason (stored by whichever runner asked), else the policy's."""
@@ -170,6 +240,15 @@ class TurnKernel:
         if st.cancel_requested and st.cancel_reason is None:
             st.cancel_reason = self.store.load(st.id).cancel_reason
         return st.cancel_reason or self.policy(turn).cancellation_reason
+
+
+def attempt_of(turn: AgentTurn) -> str:
+    """What marks this attempt's provisional events: the lease id, or a random step id."""
+    if turn.held_lease is not None:
+        return turn.held_lease.lease_id
+    if turn.attempt_id is None:
+        turn.attempt_id = uuid.uuid4().hex[:16]
+    return turn.attempt_id
 
 
 def close_history(st: AgentTurnSnapshot, policy: AgentExecutionPolicy, reason: str) -> None:

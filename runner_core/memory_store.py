@@ -5,51 +5,101 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from runner_core.errors import (
     AgentConversationBusyException,
     ConcurrentModificationError,
     HistoryRewrittenError,
+    LeaseLostError,
+    TurnLeasedError,
     TurnNotFoundError,
 )
+from runner_core.events import AgentEvent
 from runner_core.messages import Message
-from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
+from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import LeaseRef, SaveResult, TurnControl, is_claimable, waiting_child_ids
+from runner_core.store import (
+    CancelResult,
+    Commit,
+    LeaseRef,
+    SaveResult,
+    TurnControl,
+    is_claimable,
+    waiting_child_ids,
+)
 
 
 @dataclass(slots=True)
 class _Record:
     header: AgentTurnSnapshot  # messages kept apart, append-only
     messages: list[Message] = field(default_factory=list)
+    #: request id and reply of the last commit (a replay answers the same)
+    last: tuple[str, SaveResult] | None = None
 
 
 class InMemoryAgentTurnStore:
-    """Turns in a dict behind one lock; saves append new messages only."""
+    """Turns in a dict behind one lock; saves append new messages only.
 
-    def __init__(self) -> None:
+    ``keep_events``: committed events are kept per tree (at most ``max_events`` each) for
+    ``read_events``; off by default, as an embedded runner's listeners see them anyway.
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_events: bool = False,
+        max_events: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._lock = threading.RLock()
         self._records: dict[str, _Record] = {}
         self._live: dict[str, None] = {}  # non-terminal ids, insertion ordered
         self._conversations: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}
+        self._events: dict[str, deque[AgentEvent]] | None = {} if keep_events else None
+        self._max_events = max_events
+        self._clock = clock
 
     def now(self) -> float:
-        """Wall-clock seconds since the epoch."""
-        return time.time()
+        """Seconds since the epoch (wall clock unless a ``clock`` was given)."""
+        return self._clock()
+
+    def commit(self, commit: Commit) -> SaveResult:
+        """Check everything, then write; see ``Commit``."""
+        s = commit.snapshot
+        with self._lock:
+            if commit.expected_version == -1:
+                self._check_create(s)
+                for child in commit.children:
+                    self._check_create(child)
+                return self._apply(commit, None)
+            record = self._get(s.id)
+            if record.last is not None and record.last[0] == commit.request_id:
+                if record.header.version == commit.expected_version + 1:
+                    return record.last[1]  # a replay after a lost reply
+            record = self._existing(s.id, commit.expected_version)
+            self._check_writer(record.header, commit.lease)
+            self._check_append_only(s, record)
+            for child in commit.children:
+                self._check_create(child)
+            return self._apply(commit, record)
 
     def save(
-        self, snapshot: AgentTurnSnapshot, expected_version: int, release: LeaseRef | None = None
+        self,
+        snapshot: AgentTurnSnapshot,
+        expected_version: int,
+        release: LeaseRef | None = None,
+        *,
+        lease: LeaseRef | None = None,
     ) -> SaveResult:
-        """Create or compare-and-set update; see ``AgentTurnStore``."""
-        with self._lock:
-            if expected_version == -1:
-                self._check_create(snapshot)
-                return self._write(snapshot, None)
-            record = self._existing(snapshot.id, expected_version)
-            return self._released(self._write(snapshot, record), snapshot.id, release)
+        """A commit without events; ``lease``: written as its holder; ``release``: and freed."""
+        writer = release if release is not None else lease
+        return self.commit(
+            Commit(snapshot, expected_version, uuid.uuid4().hex, writer, release is not None)
+        )
 
     def save_parent_and_children(
         self,
@@ -58,16 +108,32 @@ class InMemoryAgentTurnStore:
         children: Sequence[AgentTurnSnapshot],
         release: LeaseRef | None = None,
     ) -> SaveResult:
-        """Check everything first, then write the parent and create the children."""
+        """A commit that also creates ``children``."""
+        return self.commit(
+            Commit(
+                parent,
+                expected_parent_version,
+                uuid.uuid4().hex,
+                release,
+                release is not None,
+                tuple(children),
+            )
+        )
+
+    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
+        """Committed events of the tree, oldest first (``keep_events`` must be on)."""
         with self._lock:
-            record = self._existing(parent.id, expected_parent_version)
-            self._check_append_only(parent, record)
-            for child in children:
-                self._check_create(child)
-            result = self._write(parent, record)
-            for child in children:
-                self._write(child, None)
-            return self._released(result, parent.id, release)
+            if self._events is None:
+                return []
+            return list(self._events.get(root_turn_id, ()))[:limit]
+
+    def report_child(self, child_turn_id: str) -> bool:
+        """Record an ended child's result in its waiting parent; True if that woke it."""
+        with self._lock:
+            child = self._get(child_turn_id).header
+            if not child.status.is_terminal:
+                return False
+            return self._fan_in(child)
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn."""
@@ -81,7 +147,7 @@ class InMemoryAgentTurnStore:
         """The control fields of a turn and the clock."""
         with self._lock:
             h = self._get(turn_id).header
-            return TurnControl(h.version, h.status, h.cancel_requested, h.lease, time.time())
+            return TurnControl(h.version, h.status, h.cancel_requested, h.lease, self._clock())
 
     def find_active_turn(self, conversation_id: str) -> tuple[str, AgentTurnStatus] | None:
         """The conversation's non-terminal root turn, if any."""
@@ -92,14 +158,16 @@ class InMemoryAgentTurnStore:
             status = self._records[turn_id].header.status
             return None if status.is_terminal else (turn_id, status)
 
-    def request_cancellation(self, turn_id: str, reason: str | None = None) -> bool:
+    def request_cancellation(
+        self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
+    ) -> CancelResult:
         """Set the monotonic cancel flag and its reason (no version change)."""
         with self._lock:
             h = self._get(turn_id).header
             if h.status.is_terminal or h.cancel_requested:
-                return False
+                return CancelResult(False)
             h.cancel_requested, h.cancel_reason = True, reason
-            return True
+            return CancelResult(True, self._log(h, events))
 
     def claim(
         self, turn_id: str, worker_id: str, now: float, lease_ms: int
@@ -160,12 +228,14 @@ class InMemoryAgentTurnStore:
             return list(self._children.get(parent_turn_id, ()))
 
     def find_terminal_children_with_waiting_parent(self, limit: int) -> list[tuple[str, str]]:
-        """Ended children whose parent still lists them as awaited."""
+        """Ended children whose result has not reached the parent that waits on them."""
         found: list[tuple[str, str]] = []
         with self._lock:
             for parent_id in self._live:
                 parent = self._records[parent_id].header
                 for child_id in waiting_child_ids(parent):
+                    if child_id in parent.child_results:
+                        continue
                     child = self._records.get(child_id)
                     if child is not None and child.header.status.is_terminal:
                         found.append((child_id, parent_id))
@@ -205,14 +275,60 @@ class InMemoryAgentTurnStore:
                 snapshot.id, f"save has {len(new)} messages, {len(stored)} stored differ"
             )
 
-    def _released(self, result: SaveResult, turn_id: str, release: LeaseRef | None) -> SaveResult:
-        if release is None:
-            return result
-        h = self._records[turn_id].header
-        if h.lease is None or (h.lease.owner, h.lease.lease_id) != release:
-            return result
-        h.lease = None
-        return SaveResult(result.version, result.cancel_requested, lease_released=True)
+    def _check_writer(self, h: AgentTurnSnapshot, lease: LeaseRef | None) -> None:
+        held = h.lease
+        if lease is not None:
+            if held is None or (held.owner, held.lease_id) != lease:
+                raise LeaseLostError(h.id, f"lease {lease[1]} of {lease[0]!r} is not held")
+            return
+        now = self._clock()
+        if held is not None and held.until > now:
+            raise TurnLeasedError(h.id, held.owner, held.until - now)
+
+    def _apply(self, commit: Commit, record: _Record | None) -> SaveResult:
+        s = commit.snapshot
+        was_terminal = record is not None and record.header.status.is_terminal
+        result = self._write(s, record)
+        for child in commit.children:
+            self._write(child, None)
+        h = self._records[s.id].header
+        first = self._log(h, commit.events)
+        released = False
+        if commit.release and commit.lease is not None:
+            held = h.lease
+            if held is not None and (held.owner, held.lease_id) == commit.lease:
+                h.lease = None
+            released = True
+        woken = False
+        if s.parent_turn_id is not None and s.status.is_terminal and not was_terminal:
+            woken = self._fan_in(h)
+        result = SaveResult(result.version, result.cancel_requested, released, first, woken)
+        self._records[s.id].last = (commit.request_id, result)
+        return result
+
+    def _log(self, h: AgentTurnSnapshot, events: Sequence[AgentEvent]) -> int:
+        """Number ``events`` from the turn's counter and keep them; the first number."""
+        first = h.event_sequence + 1
+        if not events:
+            return first
+        h.event_sequence += len(events)
+        if self._events is not None:
+            log = self._events.get(h.root_turn_id)
+            if log is None:
+                log = self._events[h.root_turn_id] = deque(maxlen=self._max_events)
+            log.extend(e.sequenced(first + i) for i, e in enumerate(events))
+        return first
+
+    def _fan_in(self, child: AgentTurnSnapshot) -> bool:
+        parent_id = child.parent_turn_id
+        record = self._records.get(parent_id or "")
+        if record is None:
+            return False
+        parent = record.header
+        if child.id not in waiting_child_ids(parent) or child.id in parent.child_results:
+            return False
+        parent.child_results = {**parent.child_results, child.id: ChildResult.of(child)}
+        return parent.all_children_reported()
 
     def _parent_lease(self, h: AgentTurnSnapshot) -> LeaseInfo | None:
         if h.parent_turn_id is None:
@@ -221,22 +337,27 @@ class InMemoryAgentTurnStore:
         return parent.header.lease if parent is not None else None
 
     def _write(self, snapshot: AgentTurnSnapshot, record: _Record | None) -> SaveResult:
+        results: dict[str, ChildResult] = {}
         if record is None:
             version, cancel, lease, messages = 0, snapshot.cancel_requested, None, []
-            reason = snapshot.cancel_reason
+            reason, sequence = snapshot.cancel_reason, 0
         else:
-            self._check_append_only(snapshot, record)
             h = record.header
             version = h.version + 1
             cancel = h.cancel_requested or snapshot.cancel_requested
             lease, messages = h.lease, record.messages
-            reason = h.cancel_reason or snapshot.cancel_reason
+            reason, sequence = h.cancel_reason or snapshot.cancel_reason, h.event_sequence
+            # results stay only for children the written state still waits on
+            waiting = waiting_child_ids(snapshot)
+            results = {c: r for c, r in h.child_results.items() if c in waiting}
         header = snapshot.copy_state(with_messages=False)
         header.version, header.cancel_requested, header.lease = version, cancel, lease
-        header.cancel_reason = reason
+        header.cancel_reason, header.event_sequence = reason, sequence
+        header.child_results = results
         messages.extend(snapshot.messages[len(messages) :])
         self._index(header, record is None)
-        self._records[snapshot.id] = _Record(header, messages)
+        last = record.last if record is not None else None
+        self._records[snapshot.id] = _Record(header, messages, last)
         return SaveResult(version, cancel)
 
     def _index(self, header: AgentTurnSnapshot, created: bool) -> None:

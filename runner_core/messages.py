@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+
+from runner_core.frozen import FrozenDict, freeze_dict
 
 
 def new_id() -> str:
@@ -41,7 +43,12 @@ class ToolCall(_Frozen):
 
     id: str
     name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    #: Read-only (a ``FrozenDict``): the record, listeners and tools share it.
+    arguments: Annotated[dict[str, Any], AfterValidator(freeze_dict)] = Field(
+        default_factory=FrozenDict
+    )
+    #: The id the model gave, when the runner had to replace it (missing or reused).
+    original_id: str | None = None
 
 
 class _Message(_Frozen):

@@ -9,14 +9,19 @@ from contextlib import contextmanager
 from typing import Any
 
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
-from runner_core.children import complete_child, descendants
-from runner_core.errors import AgentNotFoundError, ConfigurationError, InvalidResumeError
-from runner_core.events import AgentEventListener, AgentEventType, EventBus
+from runner_core.children import descendants
+from runner_core.errors import (
+    AgentNotFoundError,
+    ConcurrentModificationError,
+    ConfigurationError,
+    InvalidResumeError,
+    TurnLeasedError,
+)
+from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
 from runner_core.kernel import TurnKernel
 from runner_core.memory import ChatMemory, attach_window
 from runner_core.messages import Message, SystemMessage, UserMessage
 from runner_core.middleware import Middleware
-from runner_core.planning import AgentPlanningPolicy
 from runner_core.policy import (
     AgentExecutionPolicy,
     AgentTurnOptions,
@@ -26,8 +31,8 @@ from runner_core.policy import (
 from runner_core.resume import AgentResumeCommand, ResumeKind, apply_resume, check_resume
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
-from runner_core.step import run_step
-from runner_core.store import AgentTurnStore, waiting_child_ids
+from runner_core.step import may_step, run_step
+from runner_core.store import AgentTurnStore, SaveResult, waiting_child_ids
 from runner_core.turn import AgentStepResult, AgentTurn
 from runner_core.worker import HeldLease, LeaseKeeper
 
@@ -142,7 +147,7 @@ class AgentRunner:
             conversation_id=conversation_id,
         )
         turn = AgentTurn(state, agent)
-        self.kernel.save(turn)
+        self.kernel.commit(turn)
         self.events.flush()
         return turn
 
@@ -195,7 +200,8 @@ class AgentRunner:
         finally:
             self._inline.discard(parent.id)
         parent.state = self.store.load(parent.id)
-        return parent.status is not AgentTurnStatus.WAITING_FOR_CHILD
+        st = parent.state
+        return st.status is not AgentTurnStatus.WAITING_FOR_CHILD or st.all_children_reported()
 
     # -- restoring and resuming -------------------------------------------------------------
     def restore(self, turn_id: str) -> AgentTurn:
@@ -221,15 +227,23 @@ class AgentRunner:
         return turn
 
     def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
+        """Check and commit a resume; ``TurnLeasedError`` (nothing changed) under a lease.
+
+        A resume is never applied over another owner's live lease: the commit refuses it
+        and the error says when that lease runs out. Try again then (HTTP: 409 with
+        Retry-After); the owner usually gives the lease back within one step.
+        """
         turn = self.restore(turn_id)
         if command.kind is ResumeKind.CHILD_COMPLETED:
             return self._child_completed(turn, command)
         if turn.status is AgentTurnStatus.WAITING_FOR_CHILD:
             turn = self._blocked_descendant(turn, command)
         apply_resume(turn.state, command, self.store.now())
-        self.kernel.save(turn)
-        self.kernel.emit(turn, AgentEventType.TURN_RESUMED, command=command.kind.value)
-        self.events.flush()
+        resumed = {"command": command.kind.value}
+        try:
+            self.kernel.commit(turn, after=[(AgentEventType.TURN_RESUMED, resumed)])
+        finally:
+            self.events.flush()
         return turn
 
     def _child_completed(self, parent: AgentTurn, command: AgentResumeCommand) -> AgentTurn:
@@ -239,7 +253,9 @@ class AgentRunner:
             raise InvalidResumeError(parent.id, f"it does not wait for child {child_id!r}")
         if not self.store.load(child_id).status.is_terminal:
             raise InvalidResumeError(parent.id, f"child {child_id!r} has not ended")
-        self._complete_child(parent.id, child_id)
+        if child_id in parent.state.child_results:
+            raise InvalidResumeError(parent.id, f"child {child_id!r} has already reported")
+        self.store.report_child(child_id)  # normally done by the child's own last commit
         return self.restore(parent.id)
 
     def _blocked_descendant(self, root: AgentTurn, command: AgentResumeCommand) -> AgentTurn:
@@ -254,47 +270,66 @@ class AgentRunner:
         raise InvalidResumeError(root.id, f"no blocked descendant accepts {command.kind.value}")
 
     def repair(self, limit: int = 100) -> int:
-        """Wake parents whose children ended before the parent heard of it (after a crash)."""
+        """Deliver ended children's results that never reached their parent (older data)."""
         woken = 0
         for child_id, parent_id in self.store.find_terminal_children_with_waiting_parent(limit):
-            if self._complete_child(parent_id, child_id):
+            if self.store.report_child(child_id):
                 woken += 1
                 self._dispatch(parent_id)
-        self.events.flush()
         return woken
 
     def cancel(self, turn_id: str, reason: str | None = None) -> AgentTurn:
-        """Request cancellation of a turn and its running children; idle ones end now."""
+        """Request cancellation of a turn and its running children; idle ones end now.
+
+        A turn under another owner's live lease only gets the (monotonic) flag: its owner
+        ends it at its next check. Embedded (no dispatcher), the tree then goes on in this
+        call, as ``resume`` does, so a parent hears of a cancelled child.
+        """
         try:
             turn = self._cancel_one(turn_id, reason)
             for child_id in descendants(self.store, turn_id):
                 self._cancel_one(child_id, reason)
-            return turn
         finally:
             self.events.flush()
+        root_id = turn.root_turn_id
+        if self.dispatcher is None and root_id != turn_id and root_id not in self._inline:
+            root = self.restore(root_id)
+            if not root.status.is_terminal:
+                self.run_until_blocked(root)
+            return self.restore(turn_id)
+        return turn
 
     def _cancel_one(self, turn_id: str, reason: str | None) -> AgentTurn:
         turn = self.restore(turn_id)
         if turn.status.is_terminal:
             return turn
-        if self.store.request_cancellation(turn_id, reason):
+        event = make_event(turn.state, AgentEventType.CANCELLATION_REQUESTED, {"reason": reason})
+        asked = self.store.request_cancellation(turn_id, reason, (event,))
+        if asked:
             turn.state.cancel_requested, turn.state.cancel_reason = True, reason
-            self.kernel.emit(turn, AgentEventType.CANCELLATION_REQUESTED, reason=reason)
-        if turn.status.is_blocked or turn.status is AgentTurnStatus.READY:
-            control = self.store.peek(turn_id)
-            if control.live_lease is None:
-                return self._finalize_cancel(turn)
+            if self.events.active:
+                self.events.deliver(event.sequenced(asked.first_sequence))
+        idle = turn.status.is_blocked or turn.status is AgentTurnStatus.READY
+        if idle and self._finalize_cancel(turn):
+            return self.restore(turn_id)
         self._dispatch(turn_id)
         return turn
 
-    def _finalize_cancel(self, turn: AgentTurn) -> AgentTurn:
+    def _finalize_cancel(self, turn: AgentTurn) -> bool:
+        """End an idle cancelled turn now; False if an owner holds it (it ends it itself)."""
         turn = self.restore(turn.id)
-        self.kernel.finish(turn, AgentTurnStatus.CANCELLED, self.kernel.cancellation_reason(turn))
-        return turn
+        if turn.status.is_terminal:
+            return True
+        reason = self.kernel.cancellation_reason(turn)
+        try:
+            self.kernel.finish(turn, AgentTurnStatus.CANCELLED, reason)
+        except (TurnLeasedError, ConcurrentModificationError):
+            return False
+        return True
 
     def save_snapshot(self, turn: AgentTurn) -> int:
         """Save the turn (compare-and-set); the store assigns and returns the new version."""
-        return self.kernel.save(turn).version
+        return self.kernel.commit(turn).version
 
     # -- worker mode --------------------------------------------------------------------
     def claim(self, turn_id: str, worker_id: str) -> AgentTurn | None:
@@ -306,6 +341,17 @@ class AgentRunner:
         """Lease up to ``limit`` runnable turns."""
         snapshots = self.store.claim_runnable(worker_id, self.store.now(), self._lease_ms(), limit)
         return [t for t in (self._held(s) for s in snapshots) if t is not None]
+
+    def lease_seconds(self, snapshot: AgentTurnSnapshot) -> float:
+        """The one lease length of a turn: the runner's, or longer if its policy asks.
+
+        Claim and heartbeat both use it, so a lease never outlives its renewals.
+        """
+        seconds = self.policy.lease_seconds
+        own = snapshot.policy
+        if own is not None and "lease_seconds" in own.model_fields_set:
+            seconds = max(seconds, own.lease_seconds)
+        return seconds
 
     @contextmanager
     def holding(self, turn: AgentTurn) -> Iterator[AgentTurn]:
@@ -331,8 +377,12 @@ class AgentRunner:
     def _held(self, snapshot: AgentTurnSnapshot) -> AgentTurn | None:
         lease = snapshot.lease
         assert lease is not None, "a claimed snapshot carries its lease"
-        seconds = (snapshot.policy or self.policy).lease_seconds
-        held = HeldLease(self.store, snapshot.id, lease, seconds)
+        held = HeldLease(self.store, snapshot.id, lease, self.policy.lease_seconds)
+        seconds = self.lease_seconds(snapshot)
+        if seconds > held.seconds:  # the turn asks for longer: extend before any work
+            held.seconds = seconds
+            if not held.renew():
+                held.seconds = self.policy.lease_seconds
         try:
             agent = self.loader.load(snapshot.agent_id, snapshot.agent_version)
         except AgentNotFoundError as exc:
@@ -389,24 +439,11 @@ class AgentRunner:
             return
         st.projected_count += len(new)
 
-    def _child_ended(self, turn: AgentTurn) -> None:
+    def _child_ended(self, turn: AgentTurn, result: SaveResult) -> None:
+        """The child's last commit woke its parent: dispatch it (unless run inline here)."""
         parent_id = turn.state.parent_turn_id
-        if parent_id is None:
-            return
-        # a parent run inline by this runner goes on by itself; any other is dispatched
-        if self._complete_child(parent_id, turn.id) and parent_id not in self._inline:
+        if parent_id is not None and result.parent_woken and parent_id not in self._inline:
             self._dispatch(parent_id)
-
-    def _complete_child(self, parent_id: str, child_id: str) -> bool:
-        parent = self.store.load(parent_id)
-        try:
-            agent = self.loader.load(parent.agent_id, parent.agent_version)
-            policy = agent.planning if isinstance(agent.planning, AgentPlanningPolicy) else None
-        except AgentNotFoundError:
-            policy = None
-        return complete_child(
-            self.store, lambda s, t, d: self.events.emit(s, t, **d), parent_id, child_id, policy
-        )
 
     # -- events and dispatch ------------------------------------------------------------------
     def add_event_listener(self, listener: AgentEventListener) -> None:
@@ -434,7 +471,9 @@ def _wants_step(turn: AgentTurn) -> bool:
     st = turn.state
     if st.status.is_terminal:
         return False
-    return st.cancel_requested or st.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+    if st.status is AgentTurnStatus.RETRY_SCHEDULED:
+        return st.cancel_requested
+    return st.cancel_requested or may_step(st, 0.0)
 
 
 class _NoModel:

@@ -75,6 +75,29 @@ class LeaseInfo(BaseModel):
     until: float
 
 
+class ChildResult(BaseModel):
+    """What an ended child leaves in its parent's inbox (written by the child's commit)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: AgentTurnStatus
+    final_output: str | None = None
+    terminal_reason: str | None = None
+    usage: Usage = Usage()
+    tool_call_count: int = 0
+
+    @classmethod
+    def of(cls, child: AgentTurnSnapshot) -> ChildResult:
+        """The result of an ended child."""
+        return cls(
+            status=child.status,
+            final_output=child.final_output,
+            terminal_reason=child.terminal_reason,
+            usage=child.usage,
+            tool_call_count=child.tool_call_count,
+        )
+
+
 class AgentTurnSnapshot(BaseModel):
     """Everything needed to resume a turn in a cold process; no live objects."""
 
@@ -122,6 +145,17 @@ class AgentTurnSnapshot(BaseModel):
     task_plan: TaskPlan | None = None
     #: 0 for a root turn, parent's depth + 1 for a child.
     depth: int = 0
+    #: Store-owned: results of ended children this turn waits on, by child id.
+    child_results: dict[str, ChildResult] = Field(default_factory=dict)
+    #: Store-owned: the sequence number of the turn's last committed event.
+    event_sequence: int = 0
+
+    def all_children_reported(self) -> bool:
+        """A WAITING_FOR_CHILD turn whose awaited children have all ended."""
+        if self.status is not AgentTurnStatus.WAITING_FOR_CHILD or self.suspension is None:
+            return False
+        waiting = awaited_children(self)
+        return bool(waiting) and all(c in self.child_results for c in waiting)
 
     def copy_state(self, *, with_messages: bool = True) -> AgentTurnSnapshot:
         """An isolated copy: containers copied, immutable values (messages) shared."""
@@ -136,8 +170,20 @@ class AgentTurnSnapshot(BaseModel):
                 "resume_log": [_deep_json_copy(entry) for entry in self.resume_log],
                 "suspension": copy_suspension(self.suspension),
                 "task_plan": self.task_plan.model_copy(deep=True) if self.task_plan else None,
+                "child_results": dict(self.child_results),
             }
         )
+
+
+def awaited_children(snapshot: AgentTurnSnapshot) -> list[str]:
+    """The child ids a WAITING_FOR_CHILD turn waits on."""
+    s = snapshot.suspension
+    if snapshot.status is not AgentTurnStatus.WAITING_FOR_CHILD or s is None:
+        return []
+    ids = s.metadata.get("child_turn_ids")
+    if isinstance(ids, list):
+        return [str(i) for i in ids]
+    return [s.correlation_id] if s.correlation_id else []
 
 
 def copy_suspension(s: Suspension | None) -> Suspension | None:

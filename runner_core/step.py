@@ -13,7 +13,13 @@ from typing import Any, assert_never
 
 from runner_core import budget
 from runner_core.calls import call_model, checked_message, invoke_tool, is_retryable
-from runner_core.children import advance_plan, is_plan_call, planning_policy, store_plan
+from runner_core.children import (
+    advance_plan,
+    is_plan_call,
+    planning_policy,
+    settle_children,
+    store_plan,
+)
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
@@ -23,7 +29,7 @@ from runner_core.middleware import chain_model, chain_step, chain_tool
 from runner_core.models.base import ModelRequest
 from runner_core.models.function import INVALID_ARGUMENTS_KEY
 from runner_core.planning import UPDATE_PLAN, TaskStatus, plan_result
-from runner_core.snapshot import ErrorInfo, Suspension, SuspensionType
+from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, SuspensionType
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
 from runner_core.tools import (
@@ -95,7 +101,7 @@ class _Step:
         k.guard(self.turn)
         self.guarded = True
         now = k.store.now() if st.status is Status.RETRY_SCHEDULED else 0.0
-        if not st.cancel_requested and not _may_step(st.status, st.next_runnable_at, now):
+        if not st.cancel_requested and not may_step(st, now):
             return self.result
         if st.cancel_requested:
             return self._end(Finish(Status.CANCELLED, k.cancellation_reason(self.turn)))
@@ -113,7 +119,9 @@ class _Step:
 
     def _enter(self) -> None:
         st = self.st
-        if st.status is Status.READY:
+        if st.status is Status.WAITING_FOR_CHILD:
+            settle_children(self.k, self.turn)  # every awaited child has reported
+        elif st.status is Status.READY:
             st.status = Status.RUNNING
             self.k.emit(self.turn, E.TURN_STARTED if st.step_count == 0 else E.TURN_RESUMED)
         elif st.status is Status.RETRY_SCHEDULED:
@@ -336,7 +344,7 @@ class _Step:
         st.submitted_inputs.pop(call.id, None)
         self.result.tool_messages.append(message)
         if st.pending_tool_calls:
-            self.k.save(self.turn)  # saved before the next call runs
+            self.k.commit(self.turn)  # saved before the next call runs
         else:
             st.phase = Phase.MODEL  # saved by the step's last save, right after
         return None
@@ -353,46 +361,31 @@ class _Step:
 
     def _apply(self, outcome: Outcome, *, in_step: bool) -> None:
         st, k, turn = self.st, self.k, self.turn
-        after: list[tuple[E, dict[str, Any]]] = []
+        done: list[tuple[E, dict[str, Any]]] = [(E.STEP_COMPLETED, {})] if in_step else []
         match outcome:
             case Continue(events=events):
-                saved = k.save(turn, last=True)
-                for event_type, data in events:
-                    k.emit(turn, event_type, **data)
+                saved = k.commit(turn, last=True, after=[*events, *done])
                 if saved.cancel_requested and not saved.lease_released:
-                    # the save re-read the cancel flag; a released turn ends at its next step
+                    # the commit re-read the cancel flag; a released turn ends at its next step
                     cancel = Finish(Status.CANCELLED, k.cancellation_reason(turn))
-                    return self._apply(cancel, in_step=in_step)
+                    return self._apply(cancel, in_step=False)
             case Suspend(status=status, suspension=suspension, notice=notice):
                 st.status, st.suspension = status, suspension
-                k.save(turn, last=True)
                 data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
                 after = [(notice, {**data, **suspension.metadata}), (E.TURN_SUSPENDED, data)]
+                k.commit(turn, last=True, after=[*done, *after])
             case Retry(error=error, phase=phase):
-                ended = self._schedule_retry(error, phase)
+                ended = self._schedule_retry(error, phase, done)
                 if ended is not None:
                     return self._apply(ended, in_step=in_step)
-                after = [
-                    (
-                        E.RETRY_SCHEDULED,
-                        {
-                            "attempt": st.retry_count,
-                            "next_runnable_at": st.next_runnable_at,
-                            "error": ErrorInfo.of(error).model_dump(),
-                        },
-                    )
-                ]
             case Finish(status=status, reason=reason, error=error):
                 k.finish(turn, status, reason, error, in_step=in_step)
-                return
             case _:
                 assert_never(outcome)
-        if in_step:
-            k.emit(turn, E.STEP_COMPLETED)
-        for event_type, data in after:
-            k.emit(turn, event_type, **data)
 
-    def _schedule_retry(self, error: BaseException, phase: Phase) -> Finish | None:
+    def _schedule_retry(
+        self, error: BaseException, phase: Phase, done: list[tuple[E, dict[str, Any]]]
+    ) -> Finish | None:
         st = self.st
         st.retry_count += 1
         now = self.k.store.now()
@@ -412,11 +405,19 @@ class _Step:
             resume_phase=phase,
             metadata={"attempt": st.retry_count, "delay": delay},
         )
-        self.k.save(self.turn, last=True)
+        notice = {
+            "attempt": st.retry_count,
+            "next_runnable_at": st.next_runnable_at,
+            "error": ErrorInfo.of(error).model_dump(),
+        }
+        self.k.commit(self.turn, last=True, after=[*done, (E.RETRY_SCHEDULED, notice)])
         return None
 
 
-def _may_step(status: Status, next_runnable_at: float | None, now: float) -> bool:
-    if status in (Status.READY, Status.RUNNING):
+def may_step(st: AgentTurnSnapshot, now: float) -> bool:
+    """Whether a step would advance the turn now (cancel requests aside)."""
+    if st.status in (Status.READY, Status.RUNNING):
         return True
-    return status is Status.RETRY_SCHEDULED and (next_runnable_at or 0.0) <= now
+    if st.status is Status.WAITING_FOR_CHILD:
+        return st.all_children_reported()
+    return st.status is Status.RETRY_SCHEDULED and (st.next_runnable_at or 0.0) <= now

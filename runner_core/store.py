@@ -6,25 +6,61 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
+from runner_core.events import AgentEvent
+from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo, awaited_children
 from runner_core.status import AgentTurnStatus
+
+LeaseRef = tuple[str, str]
+"""(worker id, lease id): the lease a writer holds, as a store names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One change of one turn: the only way a stored turn is written (DESIGN.md, one door).
+
+    The store checks, atomically: the stored version is ``expected_version`` (-1 creates);
+    the writer holds the stored lease (``lease``) or, writing without one, nobody holds a
+    live lease; the history is only appended to. Then it writes the snapshot, creates the
+    ``children``, appends ``events`` to the tree's event log numbered from the turn's
+    stored counter, records an ended child's result in its waiting parent (waking the
+    parent when it was the last one), and with ``release`` gives the lease back. A replay
+    of the same ``request_id`` (after a lost reply) answers as the first run did.
+    """
+
+    snapshot: AgentTurnSnapshot
+    expected_version: int
+    request_id: str
+    lease: LeaseRef | None = None
+    release: bool = False
+    children: tuple[AgentTurnSnapshot, ...] = ()
+    events: tuple[AgentEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class SaveResult:
-    """What a save stored: new version, merged cancel flag, and the lease given back.
+    """What a commit stored.
 
-    ``lease_released`` is True when a save named a lease in ``release`` and that lease is
-    not held any more after the write.
+    ``lease_released``: the named lease is not held any more after the write.
+    ``first_sequence``: the sequence number given to the commit's first event.
+    ``parent_woken``: an ended child was the last one its parent waited on.
     """
 
     version: int
     cancel_requested: bool
     lease_released: bool = False
+    first_sequence: int = 0
+    parent_woken: bool = False
 
 
-LeaseRef = tuple[str, str]
-"""(worker id, lease id) of a lease a save gives back in the same atomic write."""
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What ``request_cancellation`` did; true when it set the flag."""
+
+    requested: bool
+    first_sequence: int = 0
+
+    def __bool__(self) -> bool:
+        return self.requested
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +92,15 @@ class AgentTurnStore(Protocol):
       has a non-terminal turn; check and creation are one atomic operation.
     * Messages are append-only: a save whose stored messages differ raises
       ``HistoryRewrittenError``; only new messages are written.
+    * Every write is a ``commit`` (``save`` and ``save_parent_and_children`` are commits):
+      a writer without the live lease is refused with ``TurnLeasedError`` (saying when it
+      expires), a writer naming a lease that is not the stored one with ``LeaseLostError``.
     * Saves never change the lease (the store owns it) and never clear the cancel flag: the
       stored flag is OR-ed with the snapshot's and returned in ``SaveResult``.
+    * Committed events are numbered 1, 2, 3, ... per turn by the store and kept in the
+      tree's event log (``read_events``), exactly once per commit.
+    * A child's terminal commit records ``ChildResult`` in its waiting parent's
+      ``child_results``; the parent is claimable once every awaited child has reported.
     * ``claim``/``claim_runnable`` take READY turns, RUNNING turns without a live lease,
       RETRY_SCHEDULED turns that are due, and non-terminal turns with cancellation
       requested; never a turn with a live lease, never a child whose parent holds a live
@@ -72,13 +115,22 @@ class AgentTurnStore(Protocol):
         """The store's clock, in seconds since the epoch."""
         ...
 
-    def save(
-        self, snapshot: AgentTurnSnapshot, expected_version: int, release: LeaseRef | None = None
-    ) -> SaveResult:
-        """Create (``expected_version=-1``) or update a turn, compare-and-set on version.
+    def commit(self, commit: Commit) -> SaveResult:
+        """Write one change of a turn, or refuse it and change nothing (see ``Commit``)."""
+        ...
 
-        With ``release``, the same write drops the lease if that worker and lease id hold
-        it (a worker's last save of a step: save and release in one round trip).
+    def save(
+        self,
+        snapshot: AgentTurnSnapshot,
+        expected_version: int,
+        release: LeaseRef | None = None,
+        *,
+        lease: LeaseRef | None = None,
+    ) -> SaveResult:
+        """A commit without events: create (``expected_version=-1``) or update.
+
+        ``lease``: the writer holds that lease (and keeps it). ``release``: the writer holds
+        that lease and gives it back in the same write.
         """
         ...
 
@@ -104,8 +156,17 @@ class AgentTurnStore(Protocol):
         """The non-terminal root turn of a conversation, with its status, if any."""
         ...
 
-    def request_cancellation(self, turn_id: str, reason: str | None = None) -> bool:
-        """Set the cancel flag (and reason); False if terminal or the flag was already set."""
+    def request_cancellation(
+        self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
+    ) -> CancelResult:
+        """Set the cancel flag (and reason) and append ``events``; false if terminal or set.
+
+        Changes no version: the flag is monotonic and every later commit keeps it.
+        """
+        ...
+
+    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
+        """The committed events of a turn tree, oldest first, numbered."""
         ...
 
     def claim(
@@ -135,23 +196,29 @@ class AgentTurnStore(Protocol):
         ...
 
     def find_terminal_children_with_waiting_parent(self, limit: int) -> list[tuple[str, str]]:
-        """(child id, parent id) pairs: ended children whose parent still waits on them."""
+        """(child id, parent id) pairs: ended children whose result never reached the parent.
+
+        The child's terminal commit records its result itself, so this finds only records
+        written before that was so (the repair scan of older data).
+        """
+        ...
+
+    def report_child(self, child_turn_id: str) -> bool:
+        """Record an ended child's result in its waiting parent; True if that woke the parent.
+
+        What a child's terminal commit does, for ``find_terminal_children_with_waiting_parent``;
+        a late or duplicate report changes nothing.
+        """
         ...
 
 
 def waiting_child_ids(snapshot: AgentTurnSnapshot) -> list[str]:
-    """The child ids a WAITING_FOR_CHILD turn waits on."""
-    s = snapshot.suspension
-    if snapshot.status is not AgentTurnStatus.WAITING_FOR_CHILD or s is None:
-        return []
-    ids = s.metadata.get("child_turn_ids")
-    if isinstance(ids, list):
-        return [str(i) for i in ids]
-    return [s.correlation_id] if s.correlation_id else []
+    """The child ids a WAITING_FOR_CHILD turn waits on (reported or not)."""
+    return awaited_children(snapshot)
 
 
 def is_claimable(snapshot: AgentTurnSnapshot, now: float, parent_lease: LeaseInfo | None) -> bool:
-    """The claim rule of the contract, for one stored turn."""
+    """The claim rule of the contract, for one stored turn (a woken parent included)."""
     status = snapshot.status
     if status.is_terminal:
         return False
@@ -163,4 +230,6 @@ def is_claimable(snapshot: AgentTurnSnapshot, now: float, parent_lease: LeaseInf
         return True
     if status is AgentTurnStatus.RETRY_SCHEDULED:
         return snapshot.next_runnable_at is None or snapshot.next_runnable_at <= now
+    if status is AgentTurnStatus.WAITING_FOR_CHILD:
+        return snapshot.all_children_reported()
     return status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)

@@ -16,6 +16,7 @@ from runner_core.status import AgentTurnPhase, AgentTurnStatus
 
 if TYPE_CHECKING:
     from runner_core.agent import Agent
+    from runner_core.events import AgentEvent
     from runner_core.worker import HeldLease
 
 
@@ -27,6 +28,10 @@ class AgentTurn:
         self.agent = agent
         self.live_error: BaseException | None = None
         self.held_lease: HeldLease | None = None
+        #: Events about changes not committed yet (the next commit writes them).
+        self.pending_events: list[AgentEvent] = []
+        #: Marks a direct runner's provisional events (a worker uses its lease id).
+        self.attempt_id: str | None = None
 
     # -- identity -------------------------------------------------------------------
     @property

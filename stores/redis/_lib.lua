@@ -19,7 +19,7 @@ local function clock()
 end
 
 local FIELDS = {'sv', 'v', 'st', 'cx', 'cr', 'lo', 'lid', 'lu', 'nra', 'rid', 'n', 'last',
-                'par', 'crid', 'rrid', 'wait'}
+                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel'}
 
 -- The control fields of a stored turn; nil and an error reply if absent or unreadable.
 local function read(key, id)
@@ -37,10 +37,13 @@ local function read(key, id)
 end
 
 -- Since when a turn is runnable (its score in the runnable index), or nil if it is not.
-local function runnable_since(st, cx, nra, lu, now)
+-- open: how many awaited children have not reported ('0': a woken parent).
+local function runnable_since(st, cx, nra, lu, now, open)
   if TERMINAL[st] then return nil end
   local since
   if cx == '1' or st == 'READY' or st == 'RUNNING' then
+    since = now
+  elseif st == 'WAITING_FOR_CHILD' and open == '0' then
     since = now
   elseif st == 'RETRY_SCHEDULED' then
     since = (nra ~= '' and nra) or now
@@ -52,8 +55,8 @@ local function runnable_since(st, cx, nra, lu, now)
 end
 
 -- Put a turn where its state says in the runnable index.
-local function place(runnable, id, st, cx, nra, lu, now)
-  local since = runnable_since(st, cx, nra, lu, now)
+local function place(runnable, id, st, cx, nra, lu, now, open)
+  local since = runnable_since(st, cx, nra, lu, now, open)
   if since then
     redis.call('ZADD', runnable, since, id)
   else
@@ -80,7 +83,7 @@ local function block(i)
   return b
 end
 
--- Checks for an update; returns the stored fields (and true for a replayed save).
+-- Checks for an update; returns the stored fields (and true for a replayed commit).
 local function check_update(hkey, b, rid)
   local f, err = read(hkey, b.id)
   if not f then return nil, err end
@@ -111,36 +114,78 @@ local function check_create(T, hkey, b, rid)
   return {}
 end
 
+-- The writer must hold the stored lease (worker, lease id) or, without one, meet no live
+-- lease: no write from anyone but the live lease's owner.
+local function check_writer(f, id, worker, lid, now)
+  if worker ~= '' then
+    if f.lo ~= worker or f.lid ~= lid then return {'LEASE_LOST', id, lid, worker, f.lo} end
+  elseif f.lu ~= '' and tonumber(f.lu) > tonumber(now) then
+    return {'LEASED', id, f.lo, f.lu, now}
+  end
+  return nil
+end
+
 local function falsy(json_text)
   return json_text == '' or json_text == 'null' or json_text == '""'
 end
 
--- Index a written turn: runnable, live/ended, waits, conversation marker. was_waiting:
--- the turn had a wait list before this write.
-local function index(T, b, cx, lu, now, was_waiting)
+-- A JSON list of ids as a Lua list ({} if empty or unreadable).
+local function id_list(json_text)
+  if json_text == nil or json_text == '' then return {} end
+  local ok, ids = pcall(cjson.decode, json_text)
+  if not ok or type(ids) ~= 'table' then return {} end
+  return ids
+end
+
+-- After a write of b: keep only the reported results (r:<child id>) of children b still
+-- waits on; the waits index lists the ones that have not reported. Returns the open count
+-- ('' when b waits on nothing).
+local function settle_waits(T, hkey, b)
+  local waiting = {}
+  for _, id in ipairs(id_list(b.wait)) do waiting['r:' .. id] = true end
+  for _, field in ipairs(redis.call('HKEYS', hkey)) do
+    if string.sub(field, 1, 2) == 'r:' and not waiting[field] then
+      redis.call('HDEL', hkey, field)
+    end
+  end
+  if b.wait == '' or TERMINAL[b.st] then
+    redis.call('HDEL', T.waits, b.id)
+    redis.call('HDEL', hkey, 'open')
+    return ''
+  end
+  local open = {}
+  for _, id in ipairs(id_list(b.wait)) do
+    if redis.call('HEXISTS', hkey, 'r:' .. id) == 0 then open[#open + 1] = id end
+  end
+  if #open > 0 then
+    redis.call('HSET', T.waits, b.id, cjson.encode(open))
+  else
+    redis.call('HDEL', T.waits, b.id)
+  end
+  redis.call('HSET', hkey, 'open', #open)
+  return tostring(#open)
+end
+
+-- Index a written turn: runnable, live/ended, waits, conversation marker.
+local function index(T, hkey, b, cx, lu, now)
+  local open = settle_waits(T, hkey, b)
   if TERMINAL[b.st] then
     redis.call('ZREM', T.runnable, b.id)
     redis.call('ZREM', T.live, b.id)
-    if was_waiting then redis.call('HDEL', T.waits, b.id) end
     redis.call('ZADD', T.ended, 'NX', now, b.id)
     if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
       redis.call('DEL', T.conv)
     end
     return
   end
-  place(T.runnable, b.id, b.st, cx, b.nra, lu, now)
-  if b.wait ~= '' then
-    redis.call('HSET', T.waits, b.id, b.wait)
-  elseif was_waiting then
-    redis.call('HDEL', T.waits, b.id)
-  end
+  place(T.runnable, b.id, b.st, cx, b.nra, lu, now, open)
   if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
     redis.call('HSET', T.conv, 'st', b.st)
   end
 end
 
 -- Write a checked block: prev is the stored fields, or nil to create.
--- The store owns lease and cancel flag: a save keeps the lease and ORs the flag.
+-- The store owns lease and cancel flag: a write keeps the lease and ORs the flag.
 local function write(T, keys, b, prev, rid, now)
   local hkey, mkey, kkey = keys[1], keys[2], keys[3]
   local v, cx, cr, lu = 0, b.cx, b.cr, ''
@@ -155,7 +200,7 @@ local function write(T, keys, b, prev, rid, now)
              'wait', b.wait)
   if not prev then
     redis.call('HSET', hkey, 'sv', SCHEMA, 'ca', b.ca, 'par', b.par, 'root', b.root,
-               'conv', b.conv, 'agent', b.agent)
+               'conv', b.conv, 'agent', b.agent, 'ev', 0)
     if not TERMINAL[b.st] then redis.call('ZADD', T.live, b.ca, b.id) end
     if b.par ~= '' then redis.call('RPUSH', kkey, b.id) end
     if b.conv ~= '' and not TERMINAL[b.st] then
@@ -165,21 +210,49 @@ local function write(T, keys, b, prev, rid, now)
   for i = b.first, b.next - 1, 1000 do
     redis.call('RPUSH', mkey, unpack(ARGV, i, math.min(i + 999, b.next - 1)))
   end
-  index(T, b, cx, lu, now, prev ~= nil and prev.wait ~= '')
+  index(T, hkey, b, cx, lu, now)
   return v, cx
 end
 
--- Save and release in one script: after a write, drop the lease named by ARGV[i] (worker
--- id) and ARGV[i + 1] (lease id) if they hold it. prev is the header read before the write.
--- Returns '0' if no release was asked, else '1': the named lease is not held any more
--- (dropped now, or by an earlier run of this very request).
-local function release_after(T, hkey, b, prev, cx, i, now)
-  local worker, lid = ARGV[i], ARGV[i + 1]
-  if not worker or worker == '' then return '0' end
-  if prev.lo == worker and prev.lid == lid then
-    redis.call('HDEL', hkey, 'lo', 'lid', 'lu')
-    redis.call('HDEL', T.leases, b.id)
-    place(T.runnable, b.id, b.st, cx, b.nra, '', now)
+-- Append n event documents from ARGV[at] to the tree's stream, numbered from the turn's
+-- counter; ends: the root ended, so mark the stream's end and let both expire after ttl.
+-- Returns the first number.
+local function append_events(hkey, stream, endkey, at, n, maxlen, ttl, ends)
+  local ev = tonumber(redis.call('HGET', hkey, 'ev') or '0') or 0
+  local first = ev + 1
+  if n == 0 then return first end
+  local last_id
+  for i = 0, n - 1 do
+    ev = ev + 1
+    last_id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'seq', ev,
+                         'event', ARGV[at + i])
   end
+  redis.call('HSET', hkey, 'ev', ev, 'evf', first)
+  if ends == '1' then
+    redis.call('SET', endkey, last_id, 'EX', ttl)
+    redis.call('EXPIRE', stream, ttl)
+  end
+  return first
+end
+
+-- An ended child reports to its parent: its result lands in the parent's header (r:<id>)
+-- if the parent waits on it; the last one to report makes the parent runnable. The
+-- parent's own state (version, body) is untouched: it settles in its own next step.
+-- Returns '1' if this woke the parent.
+local function fan_in(T, phkey, parent_id, child_id, result, now)
+  local ids = id_list(redis.call('HGET', T.waits, parent_id))
+  local left, found = {}, false
+  for _, id in ipairs(ids) do
+    if id == child_id then found = true else left[#left + 1] = id end
+  end
+  if not found then return '0' end
+  redis.call('HSET', phkey, 'r:' .. child_id, result, 'open', #left)
+  if #left > 0 then
+    redis.call('HSET', T.waits, parent_id, cjson.encode(left))
+    return '0'
+  end
+  redis.call('HDEL', T.waits, parent_id)
+  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu')
+  place(T.runnable, parent_id, p[1] or '', p[2] or '', p[3] or '', p[4] or '', now, '0')
   return '1'
 end

@@ -14,7 +14,8 @@
 -- ARGV[6]  how many messages the caller already has (they are not sent again)
 --
 -- Rule: not terminal; no live lease; the parent holds no live lease; then cancellation
--- requested, READY, RUNNING, or RETRY_SCHEDULED with next_runnable_at <= now.
+-- requested, READY, RUNNING, RETRY_SCHEDULED with next_runnable_at <= now, or
+-- WAITING_FOR_CHILD with every awaited child reported (open = 0).
 -- Returns {'OK', header fields (flat), messages after ARGV[6]} | {'NO'} |
 --         {'NOT_FOUND', id} | {'CORRUPT', id, why}
 local id, worker, lease_id = ARGV[1], ARGV[2], ARGV[3]
@@ -35,7 +36,10 @@ if f.par ~= '' then
   if parent_until and tonumber(parent_until) > now then return {'NO'} end
 end
 local due = f.st == 'RETRY_SCHEDULED' and (f.nra == '' or tonumber(f.nra) <= now)
-if not (f.cx == '1' or f.st == 'READY' or f.st == 'RUNNING' or due) then return {'NO'} end
+local woken = f.st == 'WAITING_FOR_CHILD' and f.open == '0'
+if not (f.cx == '1' or f.st == 'READY' or f.st == 'RUNNING' or due or woken) then
+  return {'NO'}
+end
 local parsed, doc = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'body') or '')
 if not parsed or type(doc) ~= 'table' or tostring(doc.schema_version) ~= SCHEMA then
   return {'CORRUPT', id, 'body is not a snapshot of schema ' .. SCHEMA}
@@ -43,5 +47,5 @@ end
 
 redis.call('HSET', KEYS[1], 'lo', worker, 'lid', lease_id, 'lu', ARGV[5], 'v', f.version + 1)
 redis.call('HSET', KEYS[4], id, ARGV[5])
-place(KEYS[3], id, f.st, f.cx, f.nra, ARGV[5], clock())
+place(KEYS[3], id, f.st, f.cx, f.nra, ARGV[5], clock(), f.open)
 return reply()

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from runner_core.errors import SnapshotCorruptedError
 from runner_core.messages import MESSAGE, Message
-from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo, load_snapshot
+from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo, load_snapshot
 from runner_core.status import AgentTurnStatus
 from runner_core.store import waiting_child_ids
 
@@ -19,7 +19,15 @@ Fields = Mapping[str, str]
 Arg = str | bytes
 
 #: Snapshot fields the header ``body`` leaves out: the store keeps them apart.
-STORE_OWNED = {"messages", "version", "lease", "cancel_requested", "cancel_reason"}
+STORE_OWNED = {
+    "messages",
+    "version",
+    "lease",
+    "cancel_requested",
+    "cancel_reason",
+    "child_results",
+    "event_sequence",
+}
 
 #: Header fields an operator listing reads (HMGET order of ``TurnSummary.of``).
 SUMMARY_FIELDS = ("st", "agent", "root", "par", "conv", "v", "ca", "ua", "lo", "lu", "cx")
@@ -92,7 +100,21 @@ def snapshot_of(
     snapshot.cancel_reason = reason if isinstance(reason, str) else None
     snapshot.lease = lease_of(turn_id, fields)
     snapshot.messages = messages
+    snapshot.event_sequence = int(fields.get("ev") or 0)
+    snapshot.child_results = child_results_of(turn_id, fields)
     return snapshot
+
+
+def child_results_of(turn_id: str, fields: Mapping[str, Any]) -> dict[str, ChildResult]:
+    """The reported children's results kept in a parent's header (``r:<child id>``)."""
+    found: dict[str, ChildResult] = {}
+    for name, value in fields.items():
+        if name.startswith("r:"):
+            try:
+                found[name[2:]] = ChildResult.model_validate_json(value)
+            except ValidationError as exc:
+                raise SnapshotCorruptedError(turn_id, f"bad result of child {name[2:]}") from exc
+    return found
 
 
 def lease_of(turn_id: str, fields: Mapping[str, Any]) -> LeaseInfo | None:

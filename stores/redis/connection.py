@@ -11,15 +11,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from runner_core.errors import AgentWorkerError
+from runner_core.errors import StoreUnavailableError
 
-
-class StoreUnavailableError(AgentWorkerError):
-    """Raised when Redis cannot be reached or refuses the credentials (URL shown redacted)."""
-
-    def __init__(self, url: str, cause: BaseException) -> None:
-        super().__init__(f"Redis at {url} is unavailable: {type(cause).__name__}: {cause}")
-        self.url = url
+__all__ = ["Guard", "StoreUnavailableError", "connect", "redact"]
 
 
 def redact(url: str) -> str:

@@ -23,7 +23,10 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
                                             messages, JSON, with ``schema_version``), ``sv``
                                             (record version) and the control fields the scripts
                                             own: version, status, lease, cancel flag, message
-                                            count and last id, waited-on children, request ids
+                                            count and last id, waited-on children and how many
+                                            have not reported (``open``), ``r:<child id>`` (an
+                                            ended child's result), event counter ``ev``, request
+                                            ids
 ``ns:{T}:m:I``                     list     the messages, one JSON document each, append-only
 ``ns:{T}:k:I``                     list     ids of I's direct children, oldest first
 ``ns:{T}:runnable``                zset     id -> since when runnable: READY and RUNNING turns,
@@ -33,8 +36,13 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:{T}:live``                    zset     id -> created_at of every non-terminal turn
 ``ns:{T}:ended``                   zset     id -> when it ended (server time), terminal turns
 ``ns:{T}:waits``                   hash     parent id -> JSON list of the children it waits on
+                                            that have not reported yet
 ``ns:{T}:leases``                  hash     id -> lease expiry of every leased turn (the claim
                                             rule reads a parent's lease from here)
+``ns:{T}:ev:R``                     stream   the committed (and provisional) events of the tree
+                                            rooted at R: fields ``seq`` (the turn's event
+                                            number, committed ones only) and ``event`` (JSON)
+``ns:{T}:ev:R:end``                 string   the stream id of the root's terminal event
 ``ns:{T}:conv``                    hash     ``turn``, ``st``: the conversation's non-terminal
                                             root (conversation tags only)
 ``ns:{T}:cm:<sha1(conv)>``         list     a conversation's chat memory (``RedisChatMemory``):
@@ -96,6 +104,14 @@ class Keyspace:
     def children(self, tag: str, turn_id: str) -> str:
         """The list of the turn's direct children."""
         return f"{self.namespace}:{{{tag}}}:k:{turn_id}"
+
+    def events(self, tag: str, root_turn_id: str) -> str:
+        """The event stream of the tree rooted at ``root_turn_id``."""
+        return f"{self.namespace}:{{{tag}}}:ev:{root_turn_id}"
+
+    def events_end(self, tag: str, root_turn_id: str) -> str:
+        """The stream id of the root's terminal event, once the tree has ended."""
+        return self.events(tag, root_turn_id) + ":end"
 
     # -- per tag ----------------------------------------------------------------------
     def runnable(self, tag: str) -> str:

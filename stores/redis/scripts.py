@@ -21,7 +21,9 @@ from runner_core.errors import (
     AgentConversationBusyException,
     ConcurrentModificationError,
     HistoryRewrittenError,
+    LeaseLostError,
     SnapshotCorruptedError,
+    TurnLeasedError,
     TurnNotFoundError,
 )
 from runner_core.snapshot import SCHEMA_VERSION
@@ -31,9 +33,8 @@ from stores.redis.codec import Arg, fields_of, text
 
 _HERE = Path(__file__).parent
 _WITH_LIB = (
-    "create",
-    "save",
-    "save_tree",
+    "commit",
+    "report",
     "claim",
     "renew",
     "release",
@@ -137,16 +138,27 @@ def raise_for(reply: Any, conversation_id: str | None = None) -> None:
         )
     if code == "CORRUPT":
         raise SnapshotCorruptedError(args[0], args[1])
+    if code == "LEASED":
+        raise TurnLeasedError(args[0], args[1], float(args[2]) - float(args[3]))
+    if code == "LEASE_LOST":
+        held = f"held by {args[3]!r}" if args[3] else "not held"
+        raise LeaseLostError(args[0], f"lease {args[1]} of {args[2]!r} is {held}")
     raise RuntimeError(f"unexpected script reply {reply!r}")
 
 
 def saved(reply: Any, conversation_id: str | None = None) -> SaveResult | Mismatch:
-    """The reply of create/save/save_tree."""
+    """The reply of commit.lua."""
     raise_for(reply, conversation_id)
     if code_of(reply) == "MISMATCH":
         return Mismatch(int(text(reply[2])), text(reply[3]))
-    released = len(reply) > 3 and text(reply[3]) == "1"
-    return SaveResult(int(text(reply[1])), text(reply[2]) == "1", lease_released=released)
+    first = text(reply[4])
+    return SaveResult(
+        int(text(reply[1])),
+        text(reply[2]) == "1",
+        lease_released=text(reply[3]) == "1",
+        first_sequence=int(first) if first else 0,
+        parent_woken=text(reply[5]) == "1",
+    )
 
 
 def loaded(reply: Any) -> Loaded | None:

@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from redis import Redis
 
 from runner_core.errors import SnapshotCorruptedError, TurnNotFoundError
+from runner_core.events import AgentEvent, event_from_dict, event_json
 from runner_core.messages import Message
-from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo
+from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import LeaseRef, SaveResult, TurnControl
+from runner_core.store import CancelResult, Commit, LeaseRef, SaveResult, TurnControl
 from stores.redis import writes
 from stores.redis.cache import Known, TurnCache
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
@@ -60,6 +61,8 @@ class RedisAgentTurnStore:
         retention_seconds: float | None = 7 * 24 * 3600,
         cache_size: int = 10_000,
         check_connection: bool = True,
+        stream_maxlen: int = 10_000,
+        stream_ttl: int = 3600,
     ) -> None:
         self.redis, self.url = connect(
             redis,
@@ -73,6 +76,12 @@ class RedisAgentTurnStore:
         self.scripts = Scripts(self.redis)
         self.scanner = Scanner(self.redis, self.keys, self.scripts)
         self.retention_seconds = retention_seconds
+        #: A tree's event stream keeps about this many entries ...
+        self.stream_maxlen = stream_maxlen
+        #: ... and lives this many seconds after its root's terminal event.
+        self.stream_ttl = stream_ttl
+        #: Committed events are always written (the stream is what followers read).
+        self.records_events = True
         self.cache = TurnCache(cache_size)
         self.guard = Guard(self.url)
         #: How often ``now()`` reads ``TIME`` (seconds); in between it counts locally.
@@ -112,17 +121,24 @@ class RedisAgentTurnStore:
             mono = after
         return base + (mono - at)
 
-    def save(
-        self, snapshot: AgentTurnSnapshot, expected_version: int, release: LeaseRef | None = None
-    ) -> SaveResult:
-        """Create (``expected_version=-1``) or compare-and-set update; one round trip.
-
-        With ``release`` the same script also gives that lease back.
-        """
+    def commit(self, commit: Commit) -> SaveResult:
+        """The one write of a turn (``commit.lua``): one round trip; see ``Commit``."""
         with self.guard:
-            if expected_version == -1:
-                return writes.create(self, snapshot)
-            return writes.update(self, snapshot, expected_version, (), release)
+            return writes.commit(self, commit)
+
+    def save(
+        self,
+        snapshot: AgentTurnSnapshot,
+        expected_version: int,
+        release: LeaseRef | None = None,
+        *,
+        lease: LeaseRef | None = None,
+    ) -> SaveResult:
+        """A commit without events; ``lease``: written as its holder; ``release``: and freed."""
+        writer = release if release is not None else lease
+        return self.commit(
+            Commit(snapshot, expected_version, self.request_id(), writer, release is not None)
+        )
 
     def save_parent_and_children(
         self,
@@ -131,9 +147,45 @@ class RedisAgentTurnStore:
         children: Sequence[AgentTurnSnapshot],
         release: LeaseRef | None = None,
     ) -> SaveResult:
-        """Update the parent and create its children in one script (all checked first)."""
+        """A commit that also creates ``children`` (all checked first)."""
+        rid = self.request_id()
+        held = release is not None
+        return self.commit(
+            Commit(parent, expected_parent_version, rid, release, held, tuple(children))
+        )
+
+    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
+        """The committed events of a tree, oldest first (provisional ones left out)."""
         with self.guard:
-            return writes.update(self, parent, expected_parent_version, children, release)
+            try:
+                tag = self.tag_of(root_turn_id)
+            except TurnNotFoundError:
+                return []
+            entries = self.redis.xrange(self.keys.events(tag, root_turn_id), count=limit)
+        events: list[AgentEvent] = []
+        for _, fields in entries:
+            seq = fields.get(b"seq", fields.get("seq"))
+            if seq is None:
+                continue
+            doc = json.loads(text(fields.get(b"event", fields.get("event"))))
+            events.append(event_from_dict(doc).sequenced(int(text(seq))))
+        return events
+
+    def report_child(self, child_turn_id: str) -> bool:
+        """Record an ended child's result in its waiting parent; True if that woke it."""
+        child = self.load(child_turn_id)
+        if not child.status.is_terminal or child.parent_turn_id is None:
+            return False
+        with self.guard:
+            tag = self.tag_of(child_turn_id)
+            keys = [
+                *self.keys.tag_keys(tag),
+                self.keys.header(tag, child_turn_id),
+                self.keys.header(tag, child.parent_turn_id),
+            ]
+            result = ChildResult.of(child).model_dump_json()
+            reply = self.scripts.run("report", keys, [child_turn_id, result])
+        return answered(reply) and text(reply[1]) == "1"
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn; ``TurnNotFoundError`` if unknown."""
@@ -169,14 +221,26 @@ class RedisAgentTurnStore:
         status = AgentTurnStatus(text(st))
         return None if status.is_terminal else (text(turn_id), status)
 
-    def request_cancellation(self, turn_id: str, reason: str | None = None) -> bool:
-        """Set the monotonic cancel flag (no version change); False if terminal or set."""
+    def request_cancellation(
+        self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
+    ) -> CancelResult:
+        """Set the monotonic cancel flag (no version change) and append ``events``."""
         with self.guard:
             tag = self.tag_of(turn_id)
-            keys = [self.keys.header(tag, turn_id), self.keys.runnable(tag)]
-            return answered(
-                self.scripts.run("cancel", keys, [turn_id, json.dumps(reason), self.request_id()])
-            )
+            root = events[0].root_turn_id if events else turn_id
+            keys = [
+                self.keys.header(tag, turn_id),
+                self.keys.runnable(tag),
+                self.keys.events(tag, root),
+                self.keys.events_end(tag, root),
+            ]
+            args = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
+            args += [str(self.stream_maxlen), *(event_json(e) for e in events)]
+            reply = self.scripts.run("cancel", keys, args)
+        if not answered(reply):
+            return CancelResult(False)
+        first = text(reply[1])
+        return CancelResult(True, int(first) if first else 0)
 
     def claim(
         self, turn_id: str, worker_id: str, now: float, lease_ms: int

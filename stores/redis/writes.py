@@ -1,24 +1,22 @@
-"""The write path of the Redis store: creating turns and compare-and-set updates.
+"""The write path of the Redis store: every write of a turn is one ``commit.lua`` call.
 
-A save is one EVALSHA in the normal case: the header, the request id, and only the
-messages after the stored count this process knows (``cache.Known``). If that count is
-off (another process appended), the script answers MISMATCH with the stored count and
-the save is sent again once, after checking the snapshot still holds the stored history.
+A commit is one EVALSHA in the normal case: the header, the events, and only the messages
+after the stored count this process knows (``cache.Known``). If that count is off (another
+process appended), the script answers MISMATCH with the stored count and the commit is
+sent again once, after checking the snapshot still holds the stored history. A creation
+also writes the turn's global ``id -> tag`` entry (and the partition indexes) in the same
+round trip, before the script.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from runner_core.errors import (
-    AgentConversationBusyException,
-    HistoryRewrittenError,
-    TurnNotFoundError,
-)
-from runner_core.snapshot import AgentTurnSnapshot
-from runner_core.store import LeaseRef, SaveResult
+from runner_core.errors import HistoryRewrittenError, TurnNotFoundError
+from runner_core.events import TERMINAL_EVENTS, event_json
+from runner_core.snapshot import AgentTurnSnapshot, ChildResult
+from runner_core.store import Commit, SaveResult
 from stores.redis.cache import Known
 from stores.redis.codec import Arg, turn_block
 from stores.redis.scripts import Mismatch, code_of, saved
@@ -27,31 +25,91 @@ if TYPE_CHECKING:
     from stores.redis.store import RedisAgentTurnStore
 
 
-def create(store: RedisAgentTurnStore, s: AgentTurnSnapshot) -> SaveResult:
-    """Create a turn: index entry and partitions, then create.lua, in one round trip."""
-    tag = _new_tag(store, s)
-    k = store.keys
-    keys = k.tag_keys(tag) + k.write_keys(tag, s.id, s.parent_turn_id)
-    stamp = repr(time.time())
-    before = [
-        ("SET", k.turn_index(s.id), tag, "NX"),
-        ("ZADD", k.partitions, stamp, tag),
-        ("ZADD", k.retained, stamp, tag),
+def commit(store: RedisAgentTurnStore, c: Commit) -> SaveResult:
+    """Run commit.lua for ``c``: create or compare-and-set update, all checks in the script."""
+    s = c.snapshot
+    creating = c.expected_version == -1
+    tag = _new_tag(store, s) if creating else store.tag_of(s.id)
+    known = None if creating else store.cache.get(s.id)
+    count = len(s.messages)
+    stored = 0 if creating else count
+    if known is not None and 0 <= known.stored <= count:
+        stored = known.stored
+    for _ in range(2):
+        result = saved(_call(store, tag, c, stored), s.conversation_id)
+        if isinstance(result, SaveResult):
+            _remember(store, tag, c, known, stored)
+            return result
+        _check_prefix(s, result)
+        stored = result.stored
+    raise HistoryRewrittenError(s.id, "the stored message count kept changing")
+
+
+def _call(store: RedisAgentTurnStore, tag: str, c: Commit, stored: int) -> object:
+    s, k = c.snapshot, store.keys
+    creating = c.expected_version == -1
+    own_list = k.children(tag, s.parent_turn_id if creating and s.parent_turn_id else s.id)
+    parent = k.header(tag, s.parent_turn_id) if s.parent_turn_id else k.header(tag, s.id)
+    keys = [
+        *k.tag_keys(tag),
+        k.header(tag, s.id),
+        k.messages(tag, s.id),
+        own_list,
+        k.events(tag, s.root_turn_id),
+        k.events_end(tag, s.root_turn_id),
+        parent,
     ]
-    call = (store.scripts["create"], keys, [store.request_id(), *turn_block(s, -1, 0)])
-    replies = store.scripts.pipelined([call], before)
-    try:
-        result = saved(replies[-1], s.conversation_id)
-    except AgentConversationBusyException:
-        if replies[0]:  # the index entry is ours: no turn was created
-            store.redis.delete(k.turn_index(s.id))
-        raise
-    assert isinstance(result, SaveResult)
-    messages = tuple(s.messages)
-    last = messages[-1].id if messages else ""
-    cached = None if s.status.is_terminal else messages
-    store.cache.put(s.id, Known(tag, len(messages), last, cached))
-    return result
+    ends = s.parent_turn_id is None and s.status.is_terminal
+    report = ""
+    if s.parent_turn_id is not None and s.status.is_terminal:
+        report = ChildResult.of(s).model_dump_json()
+    worker, lease_id = c.lease if c.lease is not None else ("", "")
+    args: list[Arg] = [
+        c.request_id,
+        str(len(c.children)),
+        worker,
+        lease_id,
+        "1" if c.release else "0",
+        str(len(c.events)),
+        str(store.stream_maxlen),
+        str(store.stream_ttl),
+        "1" if ends and any(e.type in TERMINAL_EVENTS for e in c.events) else "0",
+        report,
+        *(event_json(e) for e in c.events),
+        *turn_block(s, c.expected_version, stored),
+    ]
+    for child in c.children:
+        keys += [k.header(tag, child.id), k.messages(tag, child.id), k.children(tag, s.id)]
+        args += turn_block(child, -1, 0)
+    before: list[tuple[Arg, ...]] = [("SET", k.turn_index(t.id), tag, "NX") for t in c.children]
+    if creating:
+        stamp = repr(time.time())
+        before = [
+            ("SET", k.turn_index(s.id), tag, "NX"),
+            ("ZADD", k.partitions, stamp, tag),
+            ("ZADD", k.retained, stamp, tag),
+            *before,
+        ]
+    if not before:
+        return store.scripts.run("commit", keys, args)
+    replies = store.scripts.pipelined([(store.scripts["commit"], keys, args)], before)
+    if code_of(replies[-1]) not in ("OK", "MISMATCH"):
+        _drop_index_entries(store, c, replies)
+    return replies[-1]
+
+
+def _drop_index_entries(store: RedisAgentTurnStore, c: Commit, replies: list[object]) -> None:
+    """Nothing was created: drop the ``id -> tag`` entries this call set (and only those)."""
+    k = store.keys
+    if c.expected_version == -1:  # SET turn, ZADD, ZADD, then SET per child
+        ids, sets = [c.snapshot.id], [replies[0]]
+        sets += replies[3:-1]
+    else:
+        ids, sets = [], list(replies[:-1])
+    ids += [child.id for child in c.children]
+    ours = [k.turn_index(i) for i, set_ in zip(ids, sets, strict=True) if set_]
+    if ours:
+        store.redis.delete(*ours)
 
 
 def _new_tag(store: RedisAgentTurnStore, s: AgentTurnSnapshot) -> str:
@@ -66,74 +124,21 @@ def _new_tag(store: RedisAgentTurnStore, s: AgentTurnSnapshot) -> str:
     return store.keys.root_tag(s.root_turn_id, None)
 
 
-def update(
-    store: RedisAgentTurnStore,
-    s: AgentTurnSnapshot,
-    expected: int,
-    children: Sequence[AgentTurnSnapshot],
-    release: LeaseRef | None = None,
-) -> SaveResult:
-    """Compare-and-set update (save.lua), or with new children (save_tree.lua)."""
-    tag = store.tag_of(s.id)
-    known = store.cache.get(s.id)
-    count = len(s.messages)
-    stored = known.stored if known is not None and 0 <= known.stored <= count else count
-    for _ in range(2):
-        result = saved(_save_call(store, tag, s, expected, stored, children, release))
-        if isinstance(result, SaveResult):
-            _remember_save(store, tag, s, known, stored, children)
-            return result
-        _check_prefix(s, result)
-        stored = result.stored
-    raise HistoryRewrittenError(s.id, "the stored message count kept changing")
-
-
-def _save_call(
-    store: RedisAgentTurnStore,
-    tag: str,
-    s: AgentTurnSnapshot,
-    expected: int,
-    stored: int,
-    children: Sequence[AgentTurnSnapshot],
-    release: LeaseRef | None,
-) -> object:
-    k = store.keys
-    keys = k.tag_keys(tag) + k.write_keys(tag, s.id, None)
-    block = turn_block(s, expected, stored)
-    tail: list[Arg] = list(release) if release is not None else []
-    if not children:
-        return store.scripts.run("save", keys[:8], [store.request_id(), *block, *tail])
-    args: list[Arg] = [store.request_id(), str(len(children)), *block]
-    for child in children:
-        keys += k.write_keys(tag, child.id, child.parent_turn_id)
-        args += turn_block(child, -1, 0)
-    args += tail
-    # children need their id -> tag index entry, like any created turn, so that a
-    # process that did not create them can find them
-    index = [("SET", k.turn_index(c.id), tag, "NX") for c in children]
-    replies = store.scripts.pipelined([(store.scripts["save_tree"], keys, args)], index)
-    if code_of(replies[-1]) not in ("OK", "MISMATCH"):  # nothing created: drop our entries
-        ours = [k.turn_index(c.id) for c, set_ in zip(children, replies, strict=False) if set_]
-        if ours:
-            store.redis.delete(*ours)
-    return replies[-1]
-
-
-def _remember_save(
-    store: RedisAgentTurnStore,
-    tag: str,
-    s: AgentTurnSnapshot,
-    known: Known | None,
-    stored: int,
-    children: Sequence[AgentTurnSnapshot],
+def _remember(
+    store: RedisAgentTurnStore, tag: str, c: Commit, known: Known | None, stored: int
 ) -> None:
-    msgs = s.messages
+    s = c.snapshot
+    msgs = tuple(s.messages)
+    last = msgs[-1].id if msgs else ""
     cached = None
-    prefix = known.messages if known is not None else None
-    if prefix is not None and len(prefix) == stored and not s.status.is_terminal:
-        cached = prefix + tuple(msgs[stored:])
-    store.cache.put(s.id, Known(tag, len(msgs), msgs[-1].id if msgs else "", cached))
-    for child in children:
+    if c.expected_version == -1:
+        cached = None if s.status.is_terminal else msgs
+    else:
+        prefix = known.messages if known is not None else None
+        if prefix is not None and len(prefix) == stored and not s.status.is_terminal:
+            cached = prefix + msgs[stored:]
+    store.cache.put(s.id, Known(tag, len(msgs), last, cached))
+    for child in c.children:
         cm = tuple(child.messages)
         store.cache.put(child.id, Known(tag, len(cm), cm[-1].id if cm else "", cm))
 

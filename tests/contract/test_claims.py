@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from runner_core import AgentTurnStatus, AgentTurnStore, ConcurrentModificationError
+from runner_core import AgentTurnStatus, AgentTurnStore, Commit, ConcurrentModificationError
 from tests.contract.helpers import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -59,7 +59,7 @@ def test_a_claim_bumps_the_version_and_fences_a_stale_worker(store: AgentTurnSto
         store.save(a, a.version)
     # Then it is refused, and B's save goes through with B's lease kept
     assert (err.value.expected, err.value.actual) == (1, 2)
-    assert store.save(b, b.version).version == 3
+    assert store.save(b, b.version, lease=("worker-b", b.lease.lease_id)).version == 3
     assert store.peek(s.id).lease == b.lease
 
 
@@ -108,10 +108,11 @@ def test_a_save_keeps_the_stored_lease(store: AgentTurnStore) -> None:
     s = snap()
     store.save(s, -1)
     held = store.claim(s.id, "w1", store.now(), LEASE_MS)
-    assert held is not None
+    assert held is not None and held.lease is not None
+    mine = ("w1", held.lease.lease_id)
     held.lease = None  # a caller cannot drop or forge the lease through a save
     held.status = S.RUNNING
-    store.save(held, 1)
+    store.save(held, 1, lease=mine)
     assert store.load(s.id).lease is not None
     assert store.peek(s.id).lease is not None
 
@@ -149,8 +150,9 @@ def test_a_cancelled_terminal_turn_is_never_reclaimed(store: AgentTurnStore) -> 
     held = store.claim(s.id, "w", store.now(), 1_000)
     assert held is not None
     held.status = S.CANCELLED
-    store.save(held, held.version)
-    store.release_lease(s.id, "w", held.lease.lease_id if held.lease else "")
+    assert held.lease is not None
+    store.save(held, held.version, lease=("w", held.lease.lease_id))
+    store.release_lease(s.id, "w", held.lease.lease_id)
     later = store.now() + 3600
     assert store.claim(s.id, "w", later, 1_000) is None
     assert store.claim_runnable("w", later, 1_000, 10) == []
@@ -166,7 +168,7 @@ def test_a_child_is_not_claimable_while_its_parent_holds_a_live_lease(
     assert held is not None and held.lease is not None
     kid = child_of(parent)
     waiting_for(held, kid)
-    store.save_parent_and_children(held, held.version, [kid])
+    store.commit(Commit(held, held.version, "r1", ("w1", held.lease.lease_id), children=(kid,)))
 
     assert store.claim(kid.id, "w2", now, 1_000) is None
     assert store.claim_runnable("w2", now, 1_000, 10) == []

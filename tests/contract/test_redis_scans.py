@@ -73,19 +73,21 @@ def test_retention_never_expires_what_a_waiting_parent_references(
     old = snap(status=S.COMPLETED)
     redis_store.save(old, -1)
 
-    # Given everything ended "long ago" (older_than 0), only the free-standing turn goes
-    assert redis_store.expire_terminal(older_than_seconds=0) == 1
+    # Given everything ended "long ago" (older_than 0): the free-standing turn and the
+    # child whose result already sits in its parent go; nothing the parent waits on does
+    assert redis_store.expire_terminal(older_than_seconds=0) == 2
     with pytest.raises(TurnNotFoundError):
         redis_store.load(old.id)
     assert redis_store.redis.exists(redis_store.keys.turn_index(old.id)) == 0
-    assert redis_store.load(a.id).status is S.COMPLETED  # its parent still waits on it
+    assert a.id in redis_store.load(root.id).child_results
+    assert redis_store.load(b.id).status is S.READY  # its parent still waits on it
 
     # When the parent has heard of both children and ended, the whole tree can go
     b.status = S.FAILED
     redis_store.save(b, 0)
     root.version, root.status, root.suspension = 1, S.COMPLETED, None
     redis_store.save(root, 1)
-    assert redis_store.expire_terminal(older_than_seconds=0) == 3
+    assert redis_store.expire_terminal(older_than_seconds=0) == 2
     assert redis_store.list_turns() == []
     assert redis_store.expire_terminal(older_than_seconds=3600) == 0
 

@@ -18,6 +18,7 @@ from runner_core import (
     AgentTurnStatus,
     AgentWorkerError,
     AiMessage,
+    Commit,
     InMemoryAgentLoader,
     SnapshotCorruptedError,
     TurnNotFoundError,
@@ -64,13 +65,16 @@ def _exercise_the_rest(store: RedisAgentTurnStore) -> None:
     assert held is not None and held.lease is not None
     kid = child_of(parent)
     waiting_for(held, kid)
-    store.save_parent_and_children(held, held.version, [kid])
+    lease = ("w", held.lease.lease_id)
+    store.commit(Commit(held, held.version, "slots-1", lease, children=(kid,)))
     assert store.renew_lease(parent.id, "w", held.lease.lease_id, now, now + 90)
     assert store.request_cancellation(kid.id, "stop")
     assert store.release_lease(parent.id, "w", held.lease.lease_id)
     kid.status, kid.cancel_requested = S.CANCELLED, True
-    store.save(kid, 0)
-    assert store.find_terminal_children_with_waiting_parent(10) == [(kid.id, parent.id)]
+    assert store.save(kid, 0).parent_woken
+    assert store.report_child(kid.id) is False  # reported by the commit already
+    assert store.find_terminal_children_with_waiting_parent(10) == []
+    assert store.read_events(parent.id) == []
     store.due_turn_ids(now)
     store.stale_turn_ids(now, 0)
     assert store.list_turns(limit=1000)
@@ -190,7 +194,7 @@ def test_replayed_script_calls_are_idempotent(
         kid = child_of(s)
         waiting_for(s, kid)
         assert redis_store.save_parent_and_children(s, 1, [kid]).version == 2
-        assert redis_store.request_cancellation(kid.id) is True
+        assert redis_store.request_cancellation(kid.id)
         held = redis_store.claim(kid.id, "w", redis_store.now(), 10_000)
         assert held is not None and held.lease is not None and held.version == 1
         assert redis_store.renew_lease(

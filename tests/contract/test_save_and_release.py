@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from runner_core import AgentTurnStatus, AgentTurnStore
+import pytest
+
+from runner_core import AgentTurnStatus, AgentTurnStore, LeaseLostError
 from tests.contract.helpers import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -33,7 +35,7 @@ def test_a_save_can_release_the_lease_atomically(store: AgentTurnStore) -> None:
 def test_a_save_without_release_keeps_the_lease(store: AgentTurnStore) -> None:
     turn_id, owner, lease_id = _claimed(store)
     current = store.load(turn_id)
-    result = store.save(current, current.version)
+    result = store.save(current, current.version, lease=(owner, lease_id))
     assert result.lease_released is False
     lease = store.peek(turn_id).lease
     assert lease is not None and (lease.owner, lease.lease_id) == (owner, lease_id)
@@ -42,9 +44,11 @@ def test_a_save_without_release_keeps_the_lease(store: AgentTurnStore) -> None:
 def test_a_wrong_lease_id_releases_nothing(store: AgentTurnStore) -> None:
     turn_id, owner, lease_id = _claimed(store)
     current = store.load(turn_id)
-    store.save(current, current.version, release=(owner, "not-the-lease"))
+    with pytest.raises(LeaseLostError):
+        store.save(current, current.version, release=(owner, "not-the-lease"))
     lease = store.peek(turn_id).lease
     assert lease is not None and lease.lease_id == lease_id
+    assert store.peek(turn_id).version == current.version  # and nothing was written
 
 
 def test_a_terminal_save_with_release_is_never_claimable_again(store: AgentTurnStore) -> None:

@@ -216,8 +216,8 @@ def test_the_cancel_flag_is_monotonic_and_survives_a_stale_save(store: AgentTurn
     s = snap()
     store.save(s, -1)
     stale = store.load(s.id)  # read before the flag is set
-    assert store.request_cancellation(s.id, "user left") is True
-    assert store.request_cancellation(s.id, "again") is False
+    assert store.request_cancellation(s.id, "user left")
+    assert not store.request_cancellation(s.id, "again")
     version = store.peek(s.id).version
     assert version == 0  # the flag is not a version change
     stale.status = S.RUNNING
@@ -229,7 +229,7 @@ def test_the_cancel_flag_is_monotonic_and_survives_a_stale_save(store: AgentTurn
     loaded.cancel_requested = False
     store.save(loaded, 1)
     assert store.load(s.id).cancel_requested is True
-    assert store.request_cancellation(s.id) is False  # terminal
+    assert not store.request_cancellation(s.id)  # terminal
 
 
 def test_children_are_listed_oldest_first(store: AgentTurnStore) -> None:
@@ -281,11 +281,32 @@ def test_repair_scan_finds_ended_children_of_waiting_parents(store: AgentTurnSto
     waiting_for(parent, a, b)
     store.save_parent_and_children(parent, 0, [a, b])
     assert store.find_terminal_children_with_waiting_parent(10) == []
+    # the child's terminal commit reports to the parent itself: nothing left to repair
+    a.status = S.COMPLETED
+    assert store.save(a, 0).parent_woken is False  # b has not reported yet
+    assert store.find_terminal_children_with_waiting_parent(10) == []
+    stored = store.load(parent.id)
+    assert set(stored.child_results) == {a.id} and stored.version == 1
+    b.status = S.FAILED
+    assert store.save(b, 0).parent_woken is True
+    assert store.load(parent.id).child_results[b.id].status is S.FAILED
+    assert store.claim(parent.id, "w", store.now(), 1_000) is not None
+
+
+def test_repair_scan_finds_a_report_that_never_happened(store: AgentTurnStore) -> None:
+    # Given a child that ended before its parent waited on it (as in older records)
+    parent = snap()
+    store.save(parent, -1)
+    a = child_of(parent)
+    store.save_parent_and_children(parent, 0, [a])
     a.status = S.COMPLETED
     store.save(a, 0)
-    assert store.find_terminal_children_with_waiting_parent(10) == [(a.id, parent.id)]
-    # once the parent stops waiting on it, the pair is gone
-    waiting_for(parent, b)
+    waiting_for(parent, a)
     parent.version = 1
     store.save(parent, 1)
+    assert store.find_terminal_children_with_waiting_parent(10) == [(a.id, parent.id)]
+    # When it is reported, the parent wakes once and the pair is gone
+    assert store.report_child(a.id) is True
+    assert store.report_child(a.id) is False
     assert store.find_terminal_children_with_waiting_parent(10) == []
+    assert store.load(parent.id).all_children_reported()

@@ -18,6 +18,7 @@ from runner_core import (
     AgentTurnSnapshot,
     AgentTurnStatus,
     AiMessage,
+    Commit,
     FunctionModel,
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
@@ -161,31 +162,16 @@ class CountingStore(InMemoryAgentTurnStore):
         self.creates: list[str] = []
         self.before_save: Callable[[AgentTurnSnapshot, int], None] | None = None
 
-    def save(
-        self, snapshot: AgentTurnSnapshot, expected_version: int, release: Any = None
-    ) -> SaveResult:
+    def commit(self, commit: Commit) -> SaveResult:
+        snapshot, expected_version = commit.snapshot, commit.expected_version
         if self.before_save is not None:
             self.before_save(snapshot, expected_version)
-        result = super().save(snapshot, expected_version, release)
+        result = super().commit(commit)
         with self._lock:
             self.writes.append((snapshot.id, snapshot.status))
             if expected_version == -1:
                 self.creates.append(snapshot.id)
-        return result
-
-    def save_parent_and_children(
-        self,
-        parent: AgentTurnSnapshot,
-        expected_parent_version: int,
-        children: Sequence[AgentTurnSnapshot],
-        release: Any = None,
-    ) -> SaveResult:
-        result = super().save_parent_and_children(
-            parent, expected_parent_version, children, release
-        )
-        with self._lock:
-            self.writes.append((parent.id, parent.status))
-            for child in children:
+            for child in commit.children:
                 self.writes.append((child.id, child.status))
                 self.creates.append(child.id)
         return result

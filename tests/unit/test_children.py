@@ -29,7 +29,7 @@ from runner_core import (
     Usage,
     tool,
 )
-from runner_core.children import complete_child
+
 from tests.unit.plan_helpers import (
     Scripted,
     Workers,
@@ -45,26 +45,18 @@ S = AgentTurnStatus
 THREE = (task("a"), task("b"), task("c"))
 
 
-class NoFanIn(AgentRunner):
-    """A runner that dies between a child's terminal save and the parent's wake-up."""
-
-    def _child_ended(self, turn: AgentTurn) -> None:
-        return None
-
-
-def no_fan_in(world: World) -> NoFanIn:
-    runner = NoFanIn(
-        turn_store=world.store, agent_loader=world.loader, dispatcher=world.dispatched.append
-    )
-    runner.add_event_listener(world.log)
-    return runner
+def forget_results(world: World, parent_id: str) -> None:
+    """Records of older versions: the children ended but their results never reached the parent."""
+    with world.store._lock:
+        world.store._records[parent_id].header.child_results = {}
 
 
 def one_wake(world: World, turn_id: str) -> None:
-    """The turn was saved WAITING_FOR_CHILD, then woke exactly once (per wave)."""
-    seen = world.store.statuses(turn_id)
-    waits = [i for i, s in enumerate(seen) if s is S.WAITING_FOR_CHILD]
-    assert all(seen[i + 1] is S.RUNNING for i in waits), seen
+    """Each wave of children woke the parent exactly once (a suspension, then one resume)."""
+    types = [
+        t for t in world.log.types(turn_id) if t in (E.TURN_SUSPENDED, E.TURN_RESUMED)
+    ]
+    assert types == [E.TURN_SUSPENDED, E.TURN_RESUMED] * (len(types) // 2), types
 
 
 def step_held(runner: AgentRunner, turn_id: str, steps: int = 1) -> AgentTurn:
@@ -181,7 +173,7 @@ def test_a_diamond_runs_in_dependency_order() -> None:
     ended = {e.data["task_id"]: log.events.index(e) for e in log.of(E.TASK_COMPLETED, root.id)}
     assert started["A"] < ended["A"] < started["B"] < started["C"] < ended["B"] < ended["C"]
     assert max(ended["B"], ended["C"]) < started["D"]
-    assert world.store.statuses(root.id).count(S.WAITING_FOR_CHILD) == 3
+    assert len(log.of(E.TURN_SUSPENDED, root.id)) == 3
     assert len(log.of(E.TURN_RESUMED, root.id)) == 3
     one_wake(world, root.id)
     assert model.calls == 2
@@ -337,18 +329,48 @@ def test_usage_rolls_up_through_two_levels() -> None:
 
 
 def ended_children_without_fan_in(world: World, n_tasks: int = 2) -> tuple[AgentTurn, list[str]]:
-    """Worker mode with the parent never hearing from its children (a crash, each time)."""
-    runner = no_fan_in(world)
+    """Worker mode, then the parent's record made to miss its children's results."""
+    runner = world.runner()
     workers = Workers(usage=Usage(input_tokens=10))
     world.register(workers.agent())
     model = Scripted(create(*THREE[:n_tasks]), "done")
     root = runner.start(planner(model), "go")
-    AgentWorker(runner, worker_id="w1").run_until_idle()
+    worker = AgentWorker(runner, worker_id="w1")
+    while worker.run_once():
+        parent = world.store.load(root.id)
+        if parent.all_children_reported():
+            break
+    forget_results(world, root.id)
     stuck = runner.restore(root.id)
-    assert stuck.status is S.WAITING_FOR_CHILD
+    assert stuck.status is S.WAITING_FOR_CHILD and not stuck.state.all_children_reported()
     ids = world.store.children_of(root.id)
     assert {world.store.load(c).status for c in ids} == {S.COMPLETED}
     return stuck, ids
+
+
+def test_the_last_childs_commit_wakes_the_parent_atomically() -> None:
+    world = World()
+    workers = Workers(usage=Usage(input_tokens=10))
+    world.register(workers.agent())
+    runner = world.runner()
+    root = runner.start(planner(Scripted(create(*THREE), "done")), "go")
+    step_held(runner, root.id, steps=3)
+    ids = world.store.children_of(root.id)
+    assert len(ids) == 3
+    world.dispatched.clear()
+
+    for n, child_id in enumerate(ids):
+        step_held(runner, child_id)
+        parent = world.store.load(root.id)
+        # the parent's own record is untouched: no version bump, no write under its lease
+        assert parent.status is S.WAITING_FOR_CHILD
+        assert sorted(parent.child_results) == sorted(ids[: n + 1])
+        assert parent.all_children_reported() is (n == 2)
+    assert world.dispatched == [root.id]  # woken once, by the last child's commit
+
+    done = step_held(runner, root.id, steps=2)
+    assert done.status is S.COMPLETED and done.usage.input_tokens == 30
+    assert world.store.load(root.id).child_results == {}
 
 
 def test_a_duplicate_child_completed_resume_is_refused_and_counted_once() -> None:
@@ -358,10 +380,9 @@ def test_a_duplicate_child_completed_resume_is_refused_and_counted_once() -> Non
 
     waiting = runner.resume(stuck.id, AgentResumeCommand.child_completed(first))
     assert waiting.status is S.WAITING_FOR_CHILD
-    assert waiting.usage.input_tokens == 10
     version = waiting.version
 
-    with pytest.raises(InvalidResumeError, match="does not wait for child"):
+    with pytest.raises(InvalidResumeError, match="already reported"):
         runner.resume(stuck.id, AgentResumeCommand.child_completed(first))
     assert runner.restore(stuck.id).version == version
 
@@ -371,28 +392,22 @@ def test_a_duplicate_child_completed_resume_is_refused_and_counted_once() -> Non
         runner.resume(stuck.id, AgentResumeCommand.child_completed(second))
     final = runner.restore(stuck.id)
     assert final.usage.input_tokens == 20
-    assert [e.data["child_turn_id"] for e in world.log.of(E.TASK_COMPLETED, stuck.id)] == [
-        first,
-        second,
-    ]
+    assert sorted(e.data["child_turn_id"] for e in world.log.of(E.TASK_COMPLETED, stuck.id)) == (
+        sorted([first, second])
+    )
 
 
-def test_complete_child_twice_is_a_no_op_the_second_time() -> None:
+def test_report_child_twice_is_a_no_op_the_second_time() -> None:
     world = World()
     stuck, (only,) = ended_children_without_fan_in(world, n_tasks=1)
-    emitted: list[Any] = []
 
-    def emit(snapshot: AgentTurnSnapshot, type: Any, data: dict[str, Any]) -> None:
-        emitted.append(type)
-
-    assert complete_child(world.store, emit, stuck.id, only, None) is True
+    assert world.store.report_child(only) is True
     after_first = world.store.load(stuck.id)
-    assert complete_child(world.store, emit, stuck.id, only, None) is False
+    assert world.store.report_child(only) is False
 
     again = world.store.load(stuck.id)
-    assert again.version == after_first.version
-    assert again.usage.input_tokens == 10 and again.status is S.RUNNING
-    assert emitted == [E.TASK_COMPLETED, E.TURN_RESUMED]
+    assert again.version == after_first.version == stuck.version
+    assert again.all_children_reported() and again.status is S.WAITING_FOR_CHILD
 
 
 def test_a_child_completed_resume_before_the_child_ended_is_refused() -> None:
@@ -445,7 +460,7 @@ class Crash(RuntimeError):
     """The process dies right after the child's terminal save."""
 
 
-def test_repair_after_the_parents_save_crashed() -> None:
+def test_a_crash_after_the_childs_last_commit_loses_no_wake_up() -> None:
     world = World()
     runner = world.runner()
     workers = Workers()
@@ -453,26 +468,26 @@ def test_repair_after_the_parents_save_crashed() -> None:
     model = Scripted(create(task("a")), "done")
     root = runner.start(planner(model), "go")
 
-    def crash_on_fan_in(snapshot: AgentTurnSnapshot, expected: int) -> None:
-        if snapshot.id == root.id and world.store.load(root.id).status is S.WAITING_FOR_CHILD:
-            raise Crash("killed between the child's save and the parent's")
+    def crash_after_child(snapshot: AgentTurnSnapshot, expected: int) -> None:
+        if snapshot.parent_turn_id == root.id and snapshot.status.is_terminal:
+            world.store.before_save = None
+            raise Crash("killed while the child's last commit is under way")
 
-    world.store.before_save = crash_on_fan_in
+    # the child's last commit lands, then the process dies before it dispatches the parent
+    world.store.before_save = crash_after_child
     with pytest.raises(Crash):
         AgentWorker(runner, worker_id="w1").run_until_idle()
-    world.store.before_save = None
     [child] = world.children(root.id)
-    assert child.status is S.COMPLETED and child.lease is None
-    assert runner.restore(root.id).status is S.WAITING_FOR_CHILD
+    assert child.status is not S.COMPLETED  # raised before the write: nothing happened
+    world.dispatched.clear()
 
-    assert world.runner().repair() == 1
-    assert world.runner().repair() == 0
-    AgentWorker(runner, worker_id="w2").run_until_idle()
+    AgentWorker(runner, worker_id="w2").run_until_idle()  # (the child's lease ran out)
 
     done = runner.restore(root.id)
     assert done.status is S.COMPLETED
-    assert model.calls == 2 and workers.order == ["a"]
+    assert model.calls == 2 and workers.order == ["a", "a"]
     assert len(world.log.of(E.TASK_COMPLETED, root.id)) == 1
+    assert world.runner().repair() == 0
 
 
 # -- events ----------------------------------------------------------------------------------------
@@ -522,8 +537,8 @@ def test_events_come_in_order() -> None:
         assert event.root_turn_id == root.id
         assert event.parent_turn_id == (None if event.turn_id == root.id else root.id)
     for turn_id in (root.id, *children):
-        sequences = [e.sequence for e in log.events if e.turn_id == turn_id]
-        assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+        sequences = [e.sequence for e in log.events if e.turn_id == turn_id and not e.provisional]
+        assert sequences == list(range(1, len(sequences) + 1))
     [plan_event] = log.of(E.PLAN_CREATED)
     assert [t["id"] for t in plan_event.data["plan"]["tasks"]] == ["a", "b"]
 
@@ -788,7 +803,7 @@ def test_worker_mode_never_runs_a_child_inline() -> None:
     assert world.dispatched == [root.id]
     assert model.calls == 1
     parent = runner.restore(root.id)
-    assert (parent.status, parent.phase) == (S.RUNNING, AgentTurnPhase.TOOLS)
+    assert parent.status is S.WAITING_FOR_CHILD and parent.state.all_children_reported()
     step_held(runner, root.id, steps=2)
     assert runner.restore(root.id).status is S.COMPLETED
 

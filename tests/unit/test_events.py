@@ -24,19 +24,28 @@ from tests.unit.helpers import EventLog, Script, agent, ask, call
 E = AgentEventType
 
 
+def committed(log: EventLog, turn_id: str) -> list[AgentEventType]:
+    return [e.type for e in log.events if e.turn_id == turn_id and not e.provisional]
+
+
 def test_canonical_order_for_a_plain_answer(runner: AgentRunner, events: EventLog) -> None:
     turn = runner.run(agent(Script("hello")), "hi")
 
-    assert events.types(turn.id) == [
+    # committed events in the canonical order, numbered 1..n by their commits
+    assert committed(events, turn.id) == [
         E.SNAPSHOT_SAVED,
         E.TURN_STARTED,
         E.STEP_STARTED,
-        E.MODEL_STARTED,
         E.MODEL_COMPLETED,
         E.SNAPSHOT_SAVED,
         E.STEP_COMPLETED,
         E.TURN_COMPLETED,
     ]
+    assert [e.sequence for e in events.events if not e.provisional] == list(range(1, 8))
+    # the live MODEL_STARTED went out when the call began, before the step's commit
+    assert events.types(turn.id)[:2] == [E.SNAPSHOT_SAVED, E.MODEL_STARTED]
+    [started] = events.of(E.MODEL_STARTED)
+    assert started.provisional and started.attempt and started.sequence == 1
     final = events.events[-1]
     assert final.data["final_output"] == "hello"
     assert final.data["status"] == "COMPLETED"
@@ -52,19 +61,19 @@ def test_order_for_a_tool_turn(runner: AgentRunner, events: EventLog) -> None:
 
     assert events.types(turn.id) == [
         E.SNAPSHOT_SAVED,
+        E.MODEL_STARTED,  # provisional: live, as the call begins
         E.TURN_STARTED,
         E.STEP_STARTED,
-        E.MODEL_STARTED,
         E.MODEL_COMPLETED,
         E.SNAPSHOT_SAVED,  # the decision, phase TOOLS
         E.STEP_COMPLETED,
+        E.TOOL_STARTED,  # provisional
         E.STEP_STARTED,
-        E.TOOL_STARTED,
         E.TOOL_COMPLETED,
         E.SNAPSHOT_SAVED,  # the tool result
         E.STEP_COMPLETED,
+        E.MODEL_STARTED,  # provisional
         E.STEP_STARTED,
-        E.MODEL_STARTED,
         E.MODEL_COMPLETED,
         E.SNAPSHOT_SAVED,
         E.STEP_COMPLETED,
@@ -113,7 +122,7 @@ def test_retry_event_follows_step_completed(runner: AgentRunner, events: EventLo
 
     events.events.clear()
     runner.resume(turn.id, AgentResumeCommand.continue_turn())
-    assert events.types(turn.id)[:3] == [E.SNAPSHOT_SAVED, E.TURN_RESUMED, E.STEP_STARTED]
+    assert committed(events, turn.id)[:3] == [E.SNAPSHOT_SAVED, E.TURN_RESUMED, E.STEP_STARTED]
     assert events.types(turn.id)[-1] is E.TURN_COMPLETED
 
 
@@ -176,10 +185,14 @@ def test_sequence_numbers_increase_within_a_turn(
     turn = a.resume(turn.id, AgentResumeCommand.approve_tool("r2"))
     assert turn.status is AgentTurnStatus.COMPLETED
 
-    # Then sequence numbers grow strictly across both runners
-    sequences = [e.sequence for e in log.events]
+    # Then committed events are numbered 1, 2, 3, ... across both runners
+    sequences = [e.sequence for e in log.events if not e.provisional]
     assert len(sequences) > 20
-    assert all(x < y for x, y in zip(sequences, sequences[1:], strict=False))
+    assert sequences == list(range(1, len(sequences) + 1))
+    # and a provisional event carries the number of the committed event before it
+    for before, event in zip(log.events, log.events[1:], strict=False):
+        if event.provisional:
+            assert event.sequence == before.sequence
 
 
 def test_listener_that_raises_does_not_break_the_run(runner: AgentRunner) -> None:

@@ -14,12 +14,15 @@ from runner_core import (
     AgentTurnStatus,
     AgentWorker,
     AiMessage,
+    Commit,
     ConcurrentModificationError,
     HistoryRewrittenError,
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
+    LeaseLostError,
     Suspension,
     SuspensionType,
+    TurnLeasedError,
     TurnNotFoundError,
     UserMessage,
     tool,
@@ -109,10 +112,27 @@ def test_saves_never_change_the_lease(store: InMemoryAgentTurnStore) -> None:
     claimed = store.claim("t1", "w", store.now(), 10_000)
     assert claimed is not None
 
-    result = store.save(claimed.model_copy(update={"lease": None}), claimed.version)
+    assert claimed.lease is not None
+    owner = (claimed.lease.owner, claimed.lease.lease_id)
+    unleased = claimed.model_copy(update={"lease": None})
+    result = store.commit(Commit(unleased, claimed.version, "r1", lease=owner))
 
     assert result.version == claimed.version + 1
     assert store.peek("t1").lease == claimed.lease
+
+
+def test_a_write_without_the_live_lease_is_refused(store: InMemoryAgentTurnStore) -> None:
+    store.save(snap(), -1)
+    claimed = store.claim("t1", "w", store.now(), 10_000)
+    assert claimed is not None
+
+    with pytest.raises(TurnLeasedError) as refused:
+        store.save(claimed, claimed.version)
+    with pytest.raises(LeaseLostError):
+        store.commit(Commit(claimed, claimed.version, "r2", lease=("w", "not-the-lease-id")))
+
+    assert refused.value.owner == "w" and 9 < refused.value.retry_after <= 10
+    assert store.peek("t1").version == claimed.version
 
 
 def test_claim_bumps_the_version(store: InMemoryAgentTurnStore) -> None:
@@ -179,7 +199,7 @@ def test_retry_scheduled_is_claimable_only_when_due(store: InMemoryAgentTurnStor
 
 def test_waiting_turn_with_cancel_requested_is_claimable(store: InMemoryAgentTurnStore) -> None:
     store.save(snap(status=AgentTurnStatus.WAITING_FOR_APPROVAL), -1)
-    assert store.request_cancellation("t1") is True
+    assert store.request_cancellation("t1")
 
     assert store.claim("t1", "w", store.now(), 1000) is not None
 
@@ -287,10 +307,32 @@ def test_find_terminal_children_with_waiting_parent(store: InMemoryAgentTurnStor
     store.save(kid, -1)
     assert store.find_terminal_children_with_waiting_parent(10) == []
 
+    # the child's terminal commit records its result in the parent and wakes it
+    result = store.save(kid.model_copy(update={"status": AgentTurnStatus.COMPLETED}), 0)
+    assert result.parent_woken
+    assert store.find_terminal_children_with_waiting_parent(10) == []
+    assert set(store.load("parent").child_results) == {"kid"}
+    assert store.claim("parent", "w", store.now(), 1000) is not None
+
+
+def test_repair_finds_a_result_that_never_reached_the_parent(
+    store: InMemoryAgentTurnStore,
+) -> None:
+    # an ended child the parent started waiting for afterwards (records of older versions)
+    store.save(snap("parent"), -1)
+    kid = snap("kid", parent_turn_id="parent", root_turn_id="parent")
+    store.save(kid, -1)
     store.save(kid.model_copy(update={"status": AgentTurnStatus.COMPLETED}), 0)
+    waiting = snap(
+        "parent",
+        status=AgentTurnStatus.WAITING_FOR_CHILD,
+        suspension=Suspension(type=SuspensionType.CHILD, correlation_id="kid"),
+    )
+    store.save(waiting, 0)
     assert store.find_terminal_children_with_waiting_parent(10) == [("kid", "parent")]
 
-    store.save(parent.model_copy(update={"status": AgentTurnStatus.RUNNING, "suspension": None}), 0)
+    assert store.report_child("kid") is True
+    assert store.report_child("kid") is False  # a duplicate report changes nothing
     assert store.find_terminal_children_with_waiting_parent(10) == []
 
 
@@ -328,8 +370,8 @@ def test_conversation_busy_check_is_part_of_creation(store: InMemoryAgentTurnSto
 def test_request_cancellation_is_monotonic(store: InMemoryAgentTurnStore) -> None:
     store.save(snap(), -1)
 
-    assert store.request_cancellation("t1", "why") is True
-    assert store.request_cancellation("t1", "again") is False
+    assert store.request_cancellation("t1", "why")
+    assert not store.request_cancellation("t1", "again")
     store.save(snap(), 0)  # a save without the flag
     control = store.peek("t1")
     assert (control.cancel_requested, control.version) == (True, 1)

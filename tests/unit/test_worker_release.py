@@ -32,8 +32,8 @@ class ReleaseCountingStore(InMemoryAgentTurnStore):
         self.explicit_releases += 1
         return super().release_lease(turn_id, worker_id, lease_id)
 
-    def save(self, snapshot: Any, expected_version: int, release: Any = None) -> Any:
-        result = super().save(snapshot, expected_version, release)
+    def commit(self, commit: Any) -> Any:
+        result = super().commit(commit)
         self.released_by_save += result.lease_released
         return result
 

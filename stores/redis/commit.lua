@@ -1,0 +1,92 @@
+-- commit.lua: the one write of a turn (DESIGN.md, invariant 8). Creates a turn (expected
+-- version -1) or updates it compare-and-set, creates its new children, appends the commit's
+-- events to the tree's stream, reports an ended child to its waiting parent, and gives the
+-- writer's lease back if asked, all in one atomic script. Uses _lib.lua.
+--
+-- KEYS[1..6]  the tag's runnable, live, ended, waits, leases and conv keys
+-- KEYS[7]     ns:{T}:h:<id>       header of the turn
+-- KEYS[8]     ns:{T}:m:<id>       its messages
+-- KEYS[9]     ns:{T}:k:<x>        children list: the parent's for a new child, else its own
+-- KEYS[10]    ns:{T}:ev:<root>    the tree's event stream
+-- KEYS[11]    ns:{T}:ev:<root>:end  the stream's end marker
+-- KEYS[12]    ns:{T}:h:<parent>   the parent's header (its own header for a root)
+-- KEYS[13..]  per new child: header, messages, and the committed turn's children list
+--
+-- ARGV[1]   request id, kept in the header: a replay (version already expected + 1 with
+--           this id) answers as the first run did and writes nothing
+-- ARGV[2]   number of new children c
+-- ARGV[3]   writer's worker id ('' = the writer holds no lease)
+-- ARGV[4]   writer's lease id
+-- ARGV[5]   '1': give that lease back in the same write
+-- ARGV[6]   number of events e
+-- ARGV[7]   stream length bound (approximate MAXLEN)
+-- ARGV[8]   seconds the stream and its end marker live once the root ended
+-- ARGV[9]   '1': this commit ends the root (mark the stream's end)
+-- ARGV[10]  the child's result (JSON) when an ended child reports to its parent, else ''
+-- ARGV[11..10+e]  the event documents (JSON, numbered here from the turn's counter)
+-- then the turn block (see _lib.lua: id, expected version, body, ..., k) and k messages,
+-- then c child blocks likewise
+--
+-- Returns {'OK', version, cancel flag, lease given back '1'/'0', first event number,
+--          parent woken '1'/'0'} | {'NOT_FOUND', id} | {'CONFLICT', id, expected, actual} |
+--         {'LEASED', id, owner, lease until, now} | {'LEASE_LOST', id, lease id, worker,
+--         owner} | {'BUSY', turn id, status} | {'MISMATCH', id, stored count, last id} |
+--         {'REWRITTEN', id, stored count, last id} | {'CORRUPT', id, why}
+local T = tag_keys()
+local rid, worker, lid = ARGV[1], ARGV[3], ARGV[4]
+local nevents = tonumber(ARGV[6])
+local b = block(11 + nevents)
+local creating = b.exp == '-1'
+
+local prev, err, replay
+if creating then
+  prev, err, replay = check_create(T, KEYS[7], b, rid)
+else
+  prev, err, replay = check_update(KEYS[7], b, rid)
+end
+if not prev then return err end
+if replay then
+  return {'OK', prev.v, prev.cx, prev.rel, prev.evf, prev.cw}
+end
+
+local now = clock()
+if not creating then
+  local refused = check_writer(prev, b.id, worker, lid, now)
+  if refused then return refused end
+end
+
+local children = {}
+local at = b.next
+for i = 1, tonumber(ARGV[2]) do
+  local child = block(at)
+  local base = 10 + 3 * i
+  local ok, cerr, again = check_create(T, KEYS[base], child, rid)
+  if not ok then return cerr end
+  if again then return {'CONFLICT', child.id, '-1', ok.v} end
+  children[i] = {child, {KEYS[base], KEYS[base + 1], KEYS[base + 2]}}
+  at = child.next
+end
+
+local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[9]}, b, (not creating) and prev or nil, rid, now)
+for _, c in ipairs(children) do write(T, c[2], c[1], nil, rid, now) end
+
+local released = '0'
+if ARGV[5] == '1' and worker ~= '' then
+  released = '1'
+  if prev.lo == worker and prev.lid == lid then
+    redis.call('HDEL', KEYS[7], 'lo', 'lid', 'lu')
+    redis.call('HDEL', T.leases, b.id)
+    local open = redis.call('HGET', KEYS[7], 'open') or ''
+    place(T.runnable, b.id, b.st, cx, b.nra, '', now, open)
+  end
+end
+
+local first = append_events(KEYS[7], KEYS[10], KEYS[11], 11, nevents, ARGV[7], ARGV[8], ARGV[9])
+
+local woke = '0'
+local was_terminal = (not creating) and TERMINAL[prev.st]
+if ARGV[10] ~= '' and b.par ~= '' and TERMINAL[b.st] and not was_terminal then
+  woke = fan_in(T, KEYS[12], b.par, b.id, ARGV[10], now)
+end
+redis.call('HSET', KEYS[7], 'rel', released, 'cw', woke)
+return {'OK', v, cx, released, first, woke}
