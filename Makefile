@@ -3,22 +3,41 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+KEEP   ?=
 
-.PHONY: demo demo-fleet test lint typecheck bench chaos check clean help redis-check flower
+.PHONY: demo demo-fleet test test-min wheel-check lint typecheck bench chaos check clean help \
+        redis-check python-check flower
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
-$(STAMP): pyproject.toml
+# A .venv whose python is gone or older than 3.11 is removed before make looks at it, so
+# it is rebuilt rather than reused.
+VENV_OK := $(shell test ! -d $(VENV) || $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+             >/dev/null 2>&1 && echo yes)
+ifneq ($(VENV_OK),yes)
+  $(info $(VENV) is broken or older than Python 3.11: rebuilding it.)
+  $(shell rm -rf $(VENV))
+endif
+
+# Python >= 3.11 first, with a clear message.
+python-check:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { \
+	  echo "$(PYTHON) not found: agentworker needs Python >= 3.11 (make PYTHON=python3.12)."; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "agentworker needs Python >= 3.11; $(PYTHON) is $$($(PYTHON) -V 2>&1)."; \
+	  echo "Install 3.11+ and run: make PYTHON=python3.11 (or python3.12, ...)"; exit 1; }
+
+$(STAMP): pyproject.toml | python-check
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[all,dev]'
 	@touch $(STAMP)
 
-demo: $(STAMP)  ## Run the offline demo: one order-support turn, printed as it happens
-	@$(PY) -m agentworker.demo
+demo: python-check $(STAMP)  ## Run the offline demo: one order-support turn, printed as it happens
+	@$(PY) -m examples.demo
 
-test: $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e; not chaos or bench)
+test: python-check $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e; not chaos or bench)
 	@$(PY) -m pytest
 
 redis-check:
@@ -27,17 +46,22 @@ redis-check:
 	  echo "Install it: apt-get install redis-server (Debian/Ubuntu), brew install redis (macOS)."; \
 	  exit 1; }
 
+wheel-check: python-check $(STAMP) redis-check  ## Build the wheel, install it in a fresh venv, run a fleet from it
+	@$(PY) -m tests.install.wheel_check
+
+test-min: python-check $(STAMP) redis-check  ## Unit and contract tests at the lowest declared versions
+	@$(PY) -m tests.install.min_versions
 
 lint: $(STAMP)  ## ruff
 	@$(VENV)/bin/ruff check .
 
-typecheck: $(STAMP)  ## mypy (strict) on runner_core and stores
+typecheck: $(STAMP)  ## mypy (strict) on runner_core, stores and agentworker
 	@$(VENV)/bin/mypy
 
 check: lint typecheck test  ## Everything CI cares about
 
-demo-fleet: $(STAMP) redis-check  ## Two Celery workers + beat on a local Redis run 50 turns
-	@$(PY) -m agentworker.fleet
+demo-fleet: python-check $(STAMP) redis-check  ## Two workers + beat on a local Redis run 50 turns (KEEP=1: leave it running)
+	@$(PY) -m examples.fleet $(if $(KEEP),--keep)
 
 flower: $(STAMP)  ## Flower on the configured broker (FLOWER_PASSWORD required, FLOWER_USER=ops)
 	@test -n "$$FLOWER_PASSWORD" || { \
@@ -56,5 +80,5 @@ bench: $(STAMP) redis-check  ## Benchmarks (not tests): in-memory, Redis and fle
 chaos: $(STAMP) redis-check  ## Slow crash and soak tests (SIGKILL storms on a real fleet)
 	@$(PY) -m pytest -m chaos tests/chaos
 
-clean:  ## Remove the venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+clean:  ## Remove the venvs and caches
+	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache build dist

@@ -235,7 +235,7 @@ def resume(
         command = AgentResumeCommand.continue_turn()
     if by:
         command = command.with_metadata(by=by)
-    runner = _runner(require_agents=True)
+    runner = _runner()
     before = runner.store.load(turn_id)
     if before.status.is_terminal:
         raise nothing_to_do(f"turn {turn_id} already ended ({before.status.value})")

@@ -99,15 +99,67 @@ def summary(
     console.print(f"{len(done)} turns in {elapsed:.1f} s ({len(done) / elapsed:.1f} turns/s)")
 
 
+def wait_until_blocked(
+    runner: AgentRunner, ids: list[str], timeout: float
+) -> dict[str, AgentTurnSnapshot]:
+    """Wait (answering nothing) until every turn waits for a person or has ended."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, AgentTurnSnapshot] = {}
+    while time.monotonic() < deadline:
+        seen = {i: runner.store.load(i) for i in ids}
+        if all(s.status.is_terminal or s.status in HUMAN for s in seen.values()):
+            break
+        time.sleep(0.1)
+    return seen
+
+
+HUMAN = (AgentTurnStatus.WAITING_FOR_APPROVAL, AgentTurnStatus.WAITING_FOR_USER)
+
+
+def print_next_steps(
+    console: Console, env: dict[str, str], turns: dict[str, AgentTurnSnapshot], pids: Path
+) -> None:
+    """What to try on the fleet left running, and how to stop it."""
+    waiting = next((s for s in turns.values() if s.suspension is not None), None)
+    turn_id = waiting.id if waiting else "<turn id>"
+    call = waiting.suspension.correlation_id if waiting and waiting.suspension else "<call id>"
+    exports = " \\\n  ".join(
+        f"{k}={v}" for k, v in env.items() if k != "AGENTWORKER_SWEEP_INTERVAL"
+    )
+    console.print(
+        f"""
+[bold]The fleet keeps running[/] ({len(turns)} turns wait for an approval).
+In another shell, with the venv active, from this directory:
+
+  . .venv/bin/activate
+  export PYTHONPATH=$PWD \\
+  {exports}
+  agentworker turns list --status waiting_for_approval
+  agentworker turns show {turn_id}             # the refund and its arguments
+  agentworker turns resume {turn_id} --approve {call} --by you
+  agentworker turns show {turn_id}             # now it asks for an address
+  agentworker turns resume {turn_id} --input '{{"street": "1 Main St", "city": "Oslo"}}'
+  agentworker turns tail {turn_id} --timeout 10
+
+[bold]Stop it:[/] kill $(cat {pids})""",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def main() -> None:
     """Run the fleet demo."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--turns", type=int, default=None, help="50, or 3 with --keep")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--redis-url", default=None, help="use this Redis instead of starting one")
     parser.add_argument("--no-spawn", action="store_true", help="workers run elsewhere (compose)")
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the fleet running with turns waiting for you"
+    )
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args()
+    turns = args.turns or (3 if args.keep else 50)
     console = Console()
     workdir = Path(tempfile.mkdtemp(prefix="agentworker-fleet-"))
     server = None
@@ -126,6 +178,7 @@ def main() -> None:
     }
     os.environ.update(env)
     fleet = Fleet(env, workdir / "logs")
+    keep = False
     try:
         if not args.no_spawn:
             for i in range(args.workers):
@@ -136,13 +189,22 @@ def main() -> None:
         settings = Settings()
         runner = make_runner(settings, create_app(settings))
         started = time.monotonic()
-        ids = [runner.start("order-support", PROMPT).id for _ in range(args.turns)]
+        ids = [runner.start("order-support", PROMPT).id for _ in range(turns)]
+        if args.keep:
+            blocked = wait_until_blocked(runner, ids, args.timeout)
+            pids = workdir / "pids"
+            procs = [*fleet.workers.values(), fleet.beat, server.process if server else None]
+            pids.write_text(" ".join(str(p.pid) for p in procs if p is not None) + "\n")
+            print_next_steps(console, env, blocked, pids)
+            keep = True
+            return
         done = drive(runner, ids, console, args.timeout)
         summary(console, runner, done, time.monotonic() - started)
     finally:
-        fleet.stop()
-        if server is not None:
-            server.stop()
+        if not keep:
+            fleet.stop()
+            if server is not None:
+                server.stop()
 
 
 if __name__ == "__main__":
