@@ -1,10 +1,14 @@
 """Every event of a turn tree in one Redis Stream, so any process can follow it live.
 
-One stream per root turn, ``{namespace}:events:{<root id>}`` (the root id is the Redis
-Cluster hash tag, so a tree's stream and its end marker share a slot). Entries hold one
-field, ``event``: the AgentEvent as JSON. The stream is trimmed to about ``maxlen`` entries
-and expires ``ttl_after_end`` seconds after the root's terminal event; a reader that falls
-further behind than ``maxlen`` entries loses the trimmed ones.
+One stream per turn tree, ``{namespace}:{<tag>}:ev:<root id>``, in the tree's hash slot
+(the store's tag of the tree), so the store's commit script appends the tree's committed
+events atomically with the change they describe. Entries hold ``event`` (the AgentEvent as
+JSON) and, for committed events, ``seq`` (the turn's event number, 1, 2, 3, ...).
+Provisional events (model/tool started, deltas, tool progress) are appended at once by
+``RedisEventBridge``, marked ``"provisional": true`` with the ``attempt`` that made them:
+an attempt whose work was never committed (a fenced or killed worker) shows up as
+provisional events with no committed events after them. The stream is trimmed to about
+``maxlen`` entries and expires ``ttl_after_end`` seconds after the root's terminal event.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from enum import Enum
 from typing import Any
 
 import redis
@@ -24,6 +27,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from runner_core import AgentEvent, AgentEventType
+from runner_core.events import event_json
+from runner_core.events import event_to_dict as _event_to_dict
+from stores.redis.keys import Keyspace
 
 log = logging.getLogger("agentworker.events")
 
@@ -42,32 +48,53 @@ TERMINAL_TYPES = frozenset(
 )
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
+_TAGS: dict[tuple[str, str], str] = {}
+_TAGS_LOCK = threading.Lock()
 
 
-def stream_key(namespace: str, root_turn_id: str) -> str:
-    """The stream of a turn tree."""
-    return f"{namespace}:events:{{{root_turn_id}}}"
+def stream_key(namespace: str, tag: str, root_turn_id: str) -> str:
+    """The stream of a turn tree whose store tag is ``tag``."""
+    return Keyspace(namespace).events(tag, root_turn_id)
 
 
-def end_key(namespace: str, root_turn_id: str) -> str:
+def end_key(namespace: str, tag: str, root_turn_id: str) -> str:
     """Holds the stream id of the root's terminal event once the tree has ended."""
-    return stream_key(namespace, root_turn_id) + ":end"
+    return Keyspace(namespace).events_end(tag, root_turn_id)
+
+
+def _remember_tag(namespace: str, root_turn_id: str, raw: Any) -> str:
+    """A root's tag from its index entry (the root id itself for a turn Redis does not store)."""
+    if raw is None:
+        return root_turn_id
+    tag = raw.decode() if isinstance(raw, bytes) else str(raw)
+    with _TAGS_LOCK:
+        if len(_TAGS) > 100_000:
+            _TAGS.clear()
+        _TAGS[(namespace, root_turn_id)] = tag  # a tag never changes
+    return tag
+
+
+def tree_tag(client: redis.Redis, namespace: str, root_turn_id: str) -> str:
+    """The store tag of a tree (one GET, then cached)."""
+    known = _TAGS.get((namespace, root_turn_id))
+    if known is not None:
+        return known
+    raw = client.get(Keyspace(namespace).turn_index(root_turn_id))
+    return _remember_tag(namespace, root_turn_id, raw)
+
+
+async def tree_tag_async(client: aioredis.Redis, namespace: str, root_turn_id: str) -> str:
+    """``tree_tag`` for asyncio code."""
+    known = _TAGS.get((namespace, root_turn_id))
+    if known is not None:
+        return known
+    raw = await client.get(Keyspace(namespace).turn_index(root_turn_id))
+    return _remember_tag(namespace, root_turn_id, raw)
 
 
 def event_to_dict(event: AgentEvent) -> dict[str, Any]:
     """Every field of the event as JSON-ready values (enums as their values)."""
-    return {
-        "event_id": event.event_id,
-        "type": event.type.value,
-        "turn_id": event.turn_id,
-        "root_turn_id": event.root_turn_id,
-        "parent_turn_id": event.parent_turn_id,
-        "agent_id": event.agent_id,
-        "agent_version": event.agent_version,
-        "sequence": event.sequence,
-        "occurred_at": event.occurred_at,
-        "data": dict(event.data),
-    }
+    return _event_to_dict(event)
 
 
 def is_root_terminal(event: dict[str, Any]) -> bool:
@@ -76,7 +103,14 @@ def is_root_terminal(event: dict[str, Any]) -> bool:
 
 
 class RedisEventBridge:
-    """An event listener that appends every event to its tree's stream; never raises."""
+    """An event listener that appends events to their tree's stream; never raises.
+
+    With a Redis store the commit already wrote every committed event, so the bridge
+    writes only provisional ones (the default). With another store (the embedded
+    in-memory one) pass ``committed=True``: it then writes committed events too, after
+    their commit. Provisional *started* events are written at once, so a follower sees a long
+    tool call begin when it begins; deltas wait at most ``max_delay``.
+    """
 
     def __init__(
         self,
@@ -84,11 +118,14 @@ class RedisEventBridge:
         namespace: str,
         maxlen: int = 10_000,
         ttl_after_end: int = 3600,
+        *,
+        committed: bool = False,
     ) -> None:
         self.redis = redis_client
         self.namespace = namespace
         self.maxlen = maxlen
         self.ttl_after_end = ttl_after_end
+        self.committed = committed
         #: Seconds to drop events after a Redis error, instead of waiting on every one.
         self.pause_after_error = 5.0
         self._quiet_until = 0.0
@@ -103,19 +140,22 @@ class RedisEventBridge:
 
     def __call__(self, event: AgentEvent) -> None:
         """Buffer ``event``; flushed by the runner after each operation, or when it waits."""
+        if not (event.provisional or self.committed):
+            return
         if time.monotonic() < self._quiet_until:
             self._dropped += 1
             return
         with self._lock:
             self._buffer.append(event)
+            now = time.monotonic()
             if len(self._buffer) == 1:
-                self._first_at = time.monotonic()
-                return
+                self._first_at = now
             due = (
-                len(self._buffer) >= self.max_buffer
-                or time.monotonic() - self._first_at >= self.max_delay
+                event.type in _AT_ONCE
+                or len(self._buffer) >= self.max_buffer
+                or now - self._first_at >= self.max_delay
             )
-        if due:  # e.g. a long streaming model call: followers see deltas within max_delay
+        if due:  # a call that starts, or a long streaming model call: seen within max_delay
             self.flush()
 
     def flush(self) -> None:
@@ -152,23 +192,34 @@ class RedisEventBridge:
         return pipe
 
     def _append(self, events: list[AgentEvent]) -> None:
-        payloads = [event_to_dict(e) for e in events]
         pipe = self._pipeline()
-
-        for payload in payloads:
-            key = stream_key(self.namespace, payload["root_turn_id"])
-            body = json.dumps(payload, default=_json_default, separators=(",", ":"))
-            pipe.xadd(key, {"event": body}, maxlen=self.maxlen, approximate=True)
+        keys: list[tuple[str, str]] = []
+        for event in events:
+            root = event.root_turn_id
+            tag = tree_tag(self.redis, self.namespace, root)
+            keys.append((tag, root))
+            fields: dict[str, Any] = {"event": event_json(event)}
+            if not event.provisional:
+                fields = {"seq": event.sequence, **fields}
+            key = stream_key(self.namespace, tag, root)
+            pipe.xadd(key, fields, maxlen=self.maxlen, approximate=True)
         ids = pipe.execute()
-        ends = [(p, i) for p, i in zip(payloads, ids, strict=True) if is_root_terminal(p)]
+        ends = [
+            (key, stream_id)
+            for event, key, stream_id in zip(events, keys, ids, strict=True)
+            if event.type.value in TERMINAL_TYPES and event.turn_id == event.root_turn_id
+        ]
         if not ends:
             return
         pipe = self._pipeline()
-        for payload, stream_id in ends:
-            root = payload["root_turn_id"]
-            pipe.set(end_key(self.namespace, root), stream_id, ex=self.ttl_after_end)
-            pipe.expire(stream_key(self.namespace, root), self.ttl_after_end)
+        for (tag, root), stream_id in ends:
+            pipe.set(end_key(self.namespace, tag, root), stream_id, ex=self.ttl_after_end)
+            pipe.expire(stream_key(self.namespace, tag, root), self.ttl_after_end)
         pipe.execute()
+
+
+#: Provisional events a follower should see the moment they happen.
+_AT_ONCE = frozenset({AgentEventType.MODEL_STARTED, AgentEventType.TOOL_STARTED})
 
 
 def bridge_client(url: str, timeout: float = 2.0) -> redis.Redis:
@@ -179,17 +230,6 @@ def bridge_client(url: str, timeout: float = 2.0) -> redis.Redis:
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 1),
     )
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
 
 
 def check_stream_id(value: str) -> str:
@@ -217,7 +257,7 @@ def read_events(
 
     With ``block_ms``, waits that long for the first new event (``[]`` if none came).
     """
-    key = stream_key(namespace, root_turn_id)
+    key = stream_key(namespace, tree_tag(client, namespace, root_turn_id), root_turn_id)
     reply = client.xread({key: check_stream_id(after)}, count=count, block=block_ms)
     return parse_reply(reply)
 
@@ -231,7 +271,8 @@ async def read_events_async(
     count: int = 100,
 ) -> list[Entry]:
     """``read_events`` for asyncio code (the HTTP app's event stream)."""
-    key = stream_key(namespace, root_turn_id)
+    tag = await tree_tag_async(client, namespace, root_turn_id)
+    key = stream_key(namespace, tag, root_turn_id)
     reply = await client.xread({key: check_stream_id(after)}, count=count, block=block_ms)
     return parse_reply(reply)
 
@@ -246,7 +287,11 @@ def parse_reply(reply: Any) -> list[Entry]:
         if len(stream_entries) == 1 and isinstance(stream_entries[0], list):
             stream_entries = stream_entries[0]  # RESP3 wraps the entries once more
         for raw_id, fields in stream_entries:
-            entries.append((_text(raw_id), json.loads(_text(_field(fields, "event")))))
+            event = json.loads(_text(_field(fields, "event")))
+            seq = _field(fields, "seq")
+            if seq is not None:
+                event["sequence"] = int(_text(seq))
+            entries.append((_text(raw_id), event))
     return entries
 
 
@@ -260,7 +305,8 @@ def _text(value: str | bytes) -> str:
 
 def end_id(client: redis.Redis, namespace: str, root_turn_id: str) -> str | None:
     """The stream id of the root's terminal event, once the tree has ended."""
-    value = client.get(end_key(namespace, root_turn_id))
+    tag = tree_tag(client, namespace, root_turn_id)
+    value = client.get(end_key(namespace, tag, root_turn_id))
     return _text(value) if value is not None else None
 
 

@@ -35,6 +35,7 @@ from runner_core import (
     AgentTurnSnapshot,
     AgentWorkerError,
     ConfigurationError,
+    TurnLeasedError,
 )
 
 log = logging.getLogger("agentworker.http")
@@ -167,9 +168,15 @@ class TurnsApi:
 
 
 async def _answer(action: Callable[[], Answer]) -> Answer:
-    """Run the blocking runner call; our errors become answers (so they can be stored)."""
+    """Run the blocking runner call; our errors become answers (so they can be stored).
+
+    A turn leased by a worker is not an answer to keep: the caller is told to come back
+    (409 with Retry-After) and the same request id is then applied, not replayed.
+    """
     try:
         return await run_in_threadpool(action)
+    except TurnLeasedError:
+        raise
     except AgentWorkerError as exc:
         if status_of(exc) >= 500:
             log.error("request failed", exc_info=exc)

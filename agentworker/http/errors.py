@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -14,6 +15,7 @@ from runner_core.errors import (
     ConfigurationError,
     InvalidResumeError,
     LeaseLostError,
+    TurnLeasedError,
     TurnNotFoundError,
 )
 
@@ -88,5 +90,8 @@ def error_body(exc: BaseException) -> dict[str, Any]:
 
 
 def error_response(exc: BaseException) -> JSONResponse:
-    """The JSON response for ``exc``."""
-    return JSONResponse(error_body(exc), status_code=status_of(exc))
+    """The JSON response for ``exc``; a turn leased by a worker says when to try again."""
+    headers = {}
+    if isinstance(exc, TurnLeasedError):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    return JSONResponse(error_body(exc), status_code=status_of(exc), headers=headers)

@@ -14,6 +14,7 @@ from agentworker.eventstream import (
     is_root_terminal,
     read_events_async,
     stream_key,
+    tree_tag_async,
 )
 
 #: Seconds without events after which a comment line keeps proxies from closing the stream.
@@ -29,7 +30,8 @@ def format_event(stream_id: str, event: dict[str, Any]) -> str:
 
 async def already_over(client: aioredis.Redis, namespace: str, root_id: str, after: str) -> bool:
     """True when nothing is left to send: the reader has the root's terminal event."""
-    ended = await client.get(end_key(namespace, root_id))
+    tag = await tree_tag_async(client, namespace, root_id)
+    ended = await client.get(end_key(namespace, tag, root_id))
     if ended is None:
         return False
     text = ended.decode() if isinstance(ended, bytes) else str(ended)
@@ -38,7 +40,8 @@ async def already_over(client: aioredis.Redis, namespace: str, root_id: str, aft
 
 async def stream_exists(client: aioredis.Redis, namespace: str, root_id: str) -> bool:
     """True once the tree's stream has at least one event (and has not expired)."""
-    return bool(await client.exists(stream_key(namespace, root_id)))
+    tag = await tree_tag_async(client, namespace, root_id)
+    return bool(await client.exists(stream_key(namespace, tag, root_id)))
 
 
 async def event_source(

@@ -161,14 +161,14 @@ class RedisAgentTurnStore:
                 tag = self.tag_of(root_turn_id)
             except TurnNotFoundError:
                 return []
-            entries = self.redis.xrange(self.keys.events(tag, root_turn_id), count=limit)
+            entries = self.redis.xrange(self.keys.events(tag, root_turn_id), count=limit) or []
         events: list[AgentEvent] = []
-        for _, fields in entries:
-            seq = fields.get(b"seq", fields.get("seq"))
-            if seq is None:
-                continue
-            doc = json.loads(text(fields.get(b"event", fields.get("event"))))
-            events.append(event_from_dict(doc).sequenced(int(text(seq))))
+        for _, raw in entries:
+            fields = {text(k): text(v) for k, v in (raw or {}).items()}
+            if "seq" not in fields:
+                continue  # a provisional event
+            doc = json.loads(fields["event"])
+            events.append(event_from_dict(doc).sequenced(int(fields["seq"])))
         return events
 
     def report_child(self, child_turn_id: str) -> bool:

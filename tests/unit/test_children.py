@@ -16,7 +16,6 @@ from runner_core import (
     AgentToolContext,
     AgentTurn,
     AgentTurnOptions,
-    AgentTurnPhase,
     AgentTurnSnapshot,
     AgentTurnStatus,
     AgentWorker,
@@ -29,7 +28,6 @@ from runner_core import (
     Usage,
     tool,
 )
-
 from tests.unit.plan_helpers import (
     Scripted,
     Workers,

@@ -76,8 +76,9 @@ def approval_agent() -> Agent:
 
 
 def bridged_runner(client: redis.Redis, ns: str, **kwargs: Any) -> AgentRunner:
+    """The embedded store with a bridge that streams committed events too."""
     runner = AgentRunner()
-    runner.add_event_listener(RedisEventBridge(client, ns, **kwargs))
+    runner.add_event_listener(RedisEventBridge(client, ns, committed=True, **kwargs))
     return runner
 
 
@@ -121,6 +122,8 @@ def test_every_event_of_a_turn_is_streamed_in_order_with_all_fields(
         "sequence",
         "occurred_at",
         "data",
+        "provisional",
+        "attempt",
     }
     assert first["type"] == "SNAPSHOT_SAVED" and first["data"]["status"] == "READY"
     assert last["type"] == "TURN_COMPLETED" and last["data"]["final_output"] == "done: paid 5.0"
@@ -151,8 +154,8 @@ def test_reading_resumes_strictly_after_an_id_without_gaps_or_duplicates(
 def test_the_stream_expires_only_after_the_roots_terminal_event(
     client: redis.Redis, ns: str
 ) -> None:
-    bridge = RedisEventBridge(client, ns, ttl_after_end=120)
-    key = stream_key(ns, "root")
+    bridge = RedisEventBridge(client, ns, ttl_after_end=120, committed=True)
+    key = stream_key(ns, "root", "root")
     bridge(event(AgentEventType.TURN_STARTED, "root", "root"))
     bridge(event(AgentEventType.TURN_COMPLETED, "child", "root"))  # a child's end
     bridge.flush()
@@ -167,15 +170,15 @@ def test_the_stream_expires_only_after_the_roots_terminal_event(
 
 
 def test_the_stream_is_trimmed_to_about_maxlen(client: redis.Redis, ns: str) -> None:
-    bridge = RedisEventBridge(client, ns, maxlen=50)
+    bridge = RedisEventBridge(client, ns, maxlen=50, committed=True)
     for _ in range(1000):
         bridge(event(AgentEventType.TOOL_PROGRESS, "t", "t"))
     bridge.flush()
-    assert client.xlen(stream_key(ns, "t")) < 200
+    assert client.xlen(stream_key(ns, "t", "t")) < 200
 
 
 def test_values_that_are_not_json_are_converted(client: redis.Redis, ns: str) -> None:
-    bridge = RedisEventBridge(client, ns)
+    bridge = RedisEventBridge(client, ns, committed=True)
     bridge(
         event(
             AgentEventType.MODEL_COMPLETED,
@@ -267,7 +270,7 @@ def test_the_events_setting_reads_agentworker_events(monkeypatch: pytest.MonkeyP
 
 
 def test_streams_live_in_the_tree_hash_slot() -> None:
-    assert stream_key("ns", "abc") == "ns:events:{abc}"
+    assert stream_key("ns", "c:chat-1", "abc") == "ns:{c:chat-1}:ev:abc"
 
 
 class _FailsOnce:
@@ -276,6 +279,9 @@ class _FailsOnce:
     def __init__(self, real: redis.Redis) -> None:
         self.real = real
         self.failed = False
+
+    def get(self, *args: Any) -> Any:
+        return self.real.get(*args)
 
     def pipeline(self, *args: Any, **kwargs: Any) -> Any:
         pipe = self.real.pipeline(*args, **kwargs)
@@ -292,7 +298,7 @@ class _FailsOnce:
 def test_after_an_error_the_bridge_pauses_then_streams_again(
     client: redis.Redis, ns: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bridge = RedisEventBridge(_FailsOnce(client), ns)  # type: ignore[arg-type]
+    bridge = RedisEventBridge(_FailsOnce(client), ns, committed=True)  # type: ignore[arg-type]
     bridge.pause_after_error = 0.1
     with caplog.at_level(logging.WARNING, logger="agentworker.events"):
         bridge(event(AgentEventType.TURN_STARTED, "t", "t"))
@@ -309,7 +315,7 @@ def test_after_an_error_the_bridge_pauses_then_streams_again(
 def test_events_are_buffered_until_the_runner_flushes_or_they_wait_too_long(
     client: redis.Redis, ns: str
 ) -> None:
-    bridge = RedisEventBridge(client, ns)
+    bridge = RedisEventBridge(client, ns, committed=True)
     bridge.max_delay = 0.05
     bridge(event(AgentEventType.MODEL_TEXT_DELTA, "t", "t"))
     bridge(event(AgentEventType.MODEL_TEXT_DELTA, "t", "t"))
@@ -337,4 +343,5 @@ def test_a_runner_step_writes_its_events_in_one_round_trip(
 
     types = [e["type"] for _, e in read_events(client, ns, turn.id)]
     assert types[-1] == "STEP_COMPLETED" and "MODEL_COMPLETED" in types
-    assert executed == [len(types) - 1]  # all but the creation's event, in one round trip
+    # the live MODEL_STARTED at once, then the step's committed events in one round trip
+    assert executed == [1, len(types) - 2]

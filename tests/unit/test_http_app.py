@@ -59,7 +59,7 @@ def settings(server: RedisServer) -> Settings:
 def runner(server: RedisServer, settings: Settings) -> AgentRunner:
     runner = AgentRunner(agent_loader=InMemoryAgentLoader([approval_agent()]))
     runner.dispatcher = lambda turn_id: _run_inline(runner, turn_id)
-    runner.add_event_listener(RedisEventBridge(server.client(), settings.namespace))
+    runner.add_event_listener(RedisEventBridge(server.client(), settings.namespace, committed=True))
     return runner
 
 
@@ -300,3 +300,23 @@ def test_the_app_refuses_to_run_without_credentials(runner: AgentRunner) -> None
 )
 def test_errors_map_to_status_codes(error: Exception, status: int) -> None:
     assert status_of(error) == status
+
+
+def test_a_resume_under_a_workers_live_lease_is_409_with_retry_after(
+    api: Api, runner: AgentRunner
+) -> None:
+    turn_id = start(api)
+    # Given a worker holds the turn's lease (it took it to end a cancel request)
+    runner.store.request_cancellation(turn_id, "stop")
+    held = runner.store.claim(turn_id, "worker-1", runner.store.now(), 20_000)
+    assert held is not None
+    before = runner.store.load(turn_id)
+
+    answer = api.post(f"/turns/{turn_id}/resume", {"command": "approve_tool", "call_id": "c1"})
+
+    assert answer.status_code == 409
+    assert 1 <= int(answer.headers["Retry-After"]) <= 20
+    assert answer.json()["error"]["type"] == "TurnLeasedError"
+    assert "worker-1" in answer.json()["error"]["message"]
+    after = runner.store.load(turn_id)
+    assert (after.version, after.approved_call_ids) == (before.version, [])
