@@ -49,7 +49,7 @@ redis-check:
 wheel-check: python-check $(STAMP) redis-check  ## Build the wheel, install it in a fresh venv, run a fleet from it
 	@$(PY) -m tests.install.wheel_check
 
-test-min: python-check $(STAMP) redis-check  ## Unit and contract tests at the lowest declared versions
+test-min: python-check $(STAMP) redis-check  ## The tests (not chaos/bench) at the lowest declared versions
 	@$(PY) -m tests.install.min_versions
 
 lint: $(STAMP)  ## ruff
