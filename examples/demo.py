@@ -19,6 +19,7 @@ from runner_core import (
     AgentRunner,
     AgentTurn,
     AgentTurnStatus,
+    AiMessage,
     SuspensionType,
 )
 
@@ -139,8 +140,8 @@ def summary(console: Console, runner: AgentRunner, turn: AgentTurn) -> None:
     table.add_column("content", overflow="fold")
     for i, m in enumerate(turn.messages, 1):
         content = getattr(m, "content", None) or getattr(m, "text", None) or ""
-        if getattr(m, "tool_calls", None):
-            content = "calls " + ", ".join(c.name for c in m.tool_calls)  # type: ignore[attr-defined]
+        if isinstance(m, AiMessage) and m.tool_calls:
+            content = "calls " + ", ".join(c.name for c in m.tool_calls)
         table.add_row(str(i), m.role, str(content)[:160])
     console.print(table)
     children = runner.store.children_of(turn.id)
