@@ -101,12 +101,39 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
-def install(wheel: Path, venv: Path) -> Path:
-    """A fresh virtualenv with ``agentworker[all]`` from the wheel; returns its bin dir."""
+def install(wheel: Path, venv: Path, extras: str = "[all]") -> Path:
+    """A fresh virtualenv with ``agentworker{extras}`` from the wheel; returns its bin dir."""
     run([sys.executable, "-m", "venv", str(venv)], venv.parent)
     bindir = venv / "bin"
-    run([str(bindir / "python"), "-m", "pip", "install", "-q", f"{wheel}[all]"], venv.parent)
+    run([str(bindir / "python"), "-m", "pip", "install", "-q", f"{wheel}{extras}"], venv.parent)
     return bindir
+
+
+EMBEDDED = """
+from my_agents import loader
+from runner_core import AgentResumeCommand, AgentRunner
+import importlib.util
+
+runner = AgentRunner(agent_loader=loader())
+turn = runner.run("refunds", "refund 1001")
+turn = runner.resume(turn.id, AgentResumeCommand.approve_tool("call_1"))
+assert turn.final_output == "done: refunded 5.0 on 1001", turn.final_output
+fleet = [m for m in ("celery", "redis", "flower", "starlette", "openai", "typer")
+         if importlib.util.find_spec(m)]
+assert not fleet, f"the base install pulled in {fleet}"
+print("ok")
+"""
+
+
+def check_base_install(wheel: Path, work: Path, app_dir: Path) -> None:
+    """The bare wheel: the embedded runtime runs a turn, and no fleet comes with it."""
+    bindir = install(wheel, work / "venv-base", extras="")
+    run([str(bindir / "python"), "-c", EMBEDDED], app_dir, clean_env(PYTHONPATH=str(app_dir)))
+    done = subprocess.run(
+        [str(bindir / "agentworker"), "turns", "list"], capture_output=True, text=True
+    )
+    if done.returncode == 0 or "agentworker[fleet]" not in done.stderr:
+        raise SystemExit(f"wheel-check: agentworker without [fleet]: {done.stderr}")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -256,6 +283,8 @@ def main() -> None:
         app_dir.mkdir()
         (app_dir / "my_agents.py").write_text(AGENTS)
         check_isolated(bindir, app_dir)
+        check_base_install(wheel, work, app_dir)
+        say("the bare wheel runs an embedded turn without the fleet's dependencies")
         server = RedisServer(work / "redis").start()
         try:
             check_worker_refuses_without_loader(bindir, app_dir, server.url)
