@@ -1,7 +1,7 @@
-"""agentworker: Celery workers that lease and step turns from Redis, the CLI and the demo.
+"""agentworker: Celery workers that lease and step turns from Redis, the CLI and the HTTP API.
 
 ``celery -A agentworker worker`` finds the Celery app as ``agentworker.app``; it is built
-on first access so importing the package (the demo, the examples) stays light.
+on first access so importing the package (a producer, the CLI) stays light.
 """
 
 from __future__ import annotations

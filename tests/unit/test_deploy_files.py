@@ -462,3 +462,8 @@ def test_dockerfile_copies_what_pip_install_needs_and_nothing_missing() -> None:
     for needed in ("pyproject.toml", readme):
         if needed:
             assert needed in sources, f"deploy/Dockerfile does not COPY {needed}"
+
+
+def test_no_document_puts_the_flower_password_on_the_command_line() -> None:
+    for path in (ROOT / "deploy/README.md", ROOT / "README.md", COMPOSE, ROOT / "Makefile"):
+        assert "--basic-auth" not in path.read_text(), path
