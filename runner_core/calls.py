@@ -94,8 +94,13 @@ def is_retryable(exc: BaseException) -> bool:
     return bool(getattr(exc, "retryable", False)) or isinstance(exc, TimeoutError | ConnectionError)
 
 
-def checked_message(response: ModelResponse, turn_id: str, iteration: int) -> AiMessage:
-    """The response's message with missing call ids filled; empty answers are errors."""
+def checked_message(response: ModelResponse, turn: AgentTurn) -> AiMessage:
+    """The response's message with unique call ids; empty answers are errors.
+
+    A call id that is missing, repeated within the response, or already used in the turn's
+    history becomes ``{turn_id}-{iteration}-{index}`` (the model's id kept in
+    ``original_id``): two calls never share a result message or an idempotency key.
+    """
     if not isinstance(response, ModelResponse):
         raise ModelError(f"model returned {type(response).__name__}, not a ModelResponse")
     message = response.message
@@ -103,10 +108,19 @@ def checked_message(response: ModelResponse, turn_id: str, iteration: int) -> Ai
         raise ModelError(
             "model returned an empty response (no text, no tool calls)", retryable=True
         )
-    if all(c.id for c in message.tool_calls):
+    if not message.tool_calls:
         return message
-    calls = [
-        c if c.id else c.model_copy(update={"id": f"{turn_id}-{iteration}-{i}"})
-        for i, c in enumerate(message.tool_calls)
-    ]
-    return message.model_copy(update={"tool_calls": calls})
+    used = turn.used_call_ids()
+    fixed: list[ToolCall] = []
+    changed = False
+    st = turn.state
+    for i, call in enumerate(message.tool_calls):
+        if not call.id or call.id in used:
+            fresh = f"{st.id}-{st.iteration_count}-{i}"
+            call = call.model_copy(update={"id": fresh, "original_id": call.id or None})
+            changed = True
+        used.add(call.id)
+        fixed.append(call)
+    if not changed:
+        return message
+    return message.model_copy(update={"tool_calls": fixed})

@@ -13,7 +13,11 @@ log = logging.getLogger("runner_core.memory")
 
 
 class ChatMemory(Protocol):
-    """A business conversation's model-visible messages, kept by the application."""
+    """A business conversation's model-visible messages, kept by the application.
+
+    A memory may also offer ``has_message(message_id) -> bool``; the runner then asks it
+    before projecting a restored turn's last messages again.
+    """
 
     def get_model_messages(self, max_messages: int | None) -> list[Message]:
         """The most recent ``max_messages`` messages (all if None), oldest first."""
@@ -39,6 +43,11 @@ class InMemoryChatMemory:
             if max_messages is None:
                 return list(self._messages)
             return list(self._messages[-max_messages:]) if max_messages > 0 else []
+
+    def has_message(self, message_id: str) -> bool:
+        """Whether a message with this id is stored."""
+        with self._lock:
+            return message_id in self._ids
 
     def add_messages(self, messages: Sequence[Message]) -> None:
         """Append the messages not stored yet."""

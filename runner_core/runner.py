@@ -208,7 +208,7 @@ class AgentRunner:
         """Load a turn from the store with the exact agent version it was created with."""
         snapshot = self.store.load(turn_id)
         turn = AgentTurn(snapshot, self.loader.load(snapshot.agent_id, snapshot.agent_version))
-        self._project(turn)
+        self._project_new(turn, restoring=True)
         return turn
 
     def resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
@@ -418,6 +418,15 @@ class AgentRunner:
 
     def _project(self, turn: AgentTurn) -> None:
         """Add the root turn's new messages to its conversation; failures wait for later."""
+        self._project_new(turn, restoring=False)
+
+    def _project_new(self, turn: AgentTurn, *, restoring: bool) -> None:
+        """Project after a commit; on restore, only what the memory does not hold yet.
+
+        ``projected_count`` is stored by the next commit, so a restored turn may lag by
+        the last projection (a terminal turn has no next commit): the memory is asked
+        whether it holds the last message before anything is written again.
+        """
         st = turn.state
         if st.conversation_id is None or st.parent_turn_id is not None:
             return
@@ -428,7 +437,10 @@ class AgentRunner:
         if not new:
             return
         try:
-            self._memory(st.conversation_id).add_messages(new)
+            memory = self._memory(st.conversation_id)
+            has = getattr(memory, "has_message", None)
+            if not (restoring and has is not None and has(new[-1].id)):
+                memory.add_messages(new)
         except Exception:
             log.warning(
                 "projecting turn %s into conversation %s failed; will retry",

@@ -160,7 +160,7 @@ class _Step:
             response = chain_model(
                 self.k.middleware(turn), turn, partial(call_model, self.k, turn)
             )(request)
-            message = checked_message(response, st.id, st.iteration_count)
+            message = checked_message(response, turn)
         except Exception as exc:
             return self._failure(exc, Phase.MODEL)
         self.result.response = response

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from runner_core.errors import RestoredError
-from runner_core.messages import Message, SystemMessage, ToolCall, ToolMessage
+from runner_core.messages import AiMessage, Message, SystemMessage, ToolCall, ToolMessage
 from runner_core.models.base import ModelResponse, Usage
 from runner_core.planning import TaskPlan, TaskStatus
 from runner_core.snapshot import AgentTurnSnapshot, Suspension, copy_suspension
@@ -32,6 +32,15 @@ class AgentTurn:
         self.pending_events: list[AgentEvent] = []
         #: Marks a direct runner's provisional events (a worker uses its lease id).
         self.attempt_id: str | None = None
+        self._call_ids: tuple[AgentTurnSnapshot, set[str]] | None = None
+
+    def used_call_ids(self) -> set[str]:
+        """Every tool call id in the history (built once per state object; callers add)."""
+        st = self.state
+        if self._call_ids is None or self._call_ids[0] is not st:
+            ids = {c.id for m in st.messages if isinstance(m, AiMessage) for c in m.tool_calls}
+            self._call_ids = (st, ids)
+        return self._call_ids[1]
 
     # -- identity -------------------------------------------------------------------
     @property

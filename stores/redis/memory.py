@@ -40,6 +40,11 @@ class RedisChatMemory:
             raw = self.redis.lrange(self.list_key, start, -1)
         return [MESSAGE.validate_json(item) for item in raw]
 
+    def has_message(self, message_id: str) -> bool:
+        """Whether a message with this id is stored (one SISMEMBER)."""
+        with self.guard:
+            return bool(self.redis.sismember(self.ids_key, message_id))
+
     def add_messages(self, messages: Sequence[Message]) -> None:
         """Append the messages whose ids are not stored yet (one round trip)."""
         if not messages:

@@ -69,7 +69,7 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 def make_store(store_kind: str, request: pytest.FixtureRequest) -> Callable[[], AgentTurnStore]:
     """Stores sharing one backend, like processes sharing Redis (memory: the same object)."""
     if store_kind == "memory":
-        shared = InMemoryAgentTurnStore()
+        shared = InMemoryAgentTurnStore(keep_events=True)
         return lambda: shared
     server: RedisServer = request.getfixturevalue("redis_server")
     server.client().flushdb()

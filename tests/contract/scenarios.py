@@ -10,6 +10,7 @@ from runner_core import (
     AgentPlanningPolicy,
     AgentResumeCommand,
     AgentRunner,
+    AgentTurn,
     AgentTurnStatus,
     AgentTurnStore,
     AgentWorker,
@@ -87,7 +88,7 @@ def approval_from_a_second_runner(make_runner: Callable[[], AgentRunner]) -> Non
     assert first.restore(turn.id).status is S.COMPLETED
 
 
-def planning_with_children(runner: AgentRunner) -> None:
+def planning_with_children(runner: AgentRunner) -> AgentTurn:
     """A plan of three tasks (two parallel, one dependent) runs as child turns."""
 
     def worker_answer(request: ModelRequest) -> AiMessage:
@@ -126,6 +127,7 @@ def planning_with_children(runner: AgentRunner) -> None:
     assert root.task_plan is not None
     assert [t.status.value for t in root.task_plan.tasks] == ["COMPLETED"] * 3
     assert runner.store.find_terminal_children_with_waiting_parent(10) == []
+    return root
 
 
 def worker_mode(runner: AgentRunner) -> None:

@@ -345,3 +345,43 @@ def test_a_runner_step_writes_its_events_in_one_round_trip(
     assert types[-1] == "STEP_COMPLETED" and "MODEL_COMPLETED" in types
     # the live MODEL_STARTED at once, then the step's committed events in one round trip
     assert executed == [1, len(types) - 2]
+
+
+def test_a_tools_start_reaches_the_stream_while_the_tool_runs(
+    server: RedisServer, client: redis.Redis, ns: str
+) -> None:
+    from stores import RedisAgentTurnStore
+
+    # Given the production wiring: the Redis store writes committed events in its commits,
+    # the bridge streams the provisional ones
+    store = RedisAgentTurnStore(server.url, namespace=ns)
+    runner = AgentRunner(turn_store=store)
+    runner.add_event_listener(RedisEventBridge(client, ns))
+    seen_during: list[tuple[str, bool]] = []
+
+    @tool
+    def slow() -> str:
+        """Takes a while."""
+        from runner_core import AgentToolContext
+
+        root = AgentToolContext.current().turn_id
+        seen_during.extend((e["type"], e["provisional"]) for _, e in read_events(client, ns, root))
+        return "ok"
+
+    def answer(request: ModelRequest) -> AiMessage:
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            return AiMessage("done")
+        return AiMessage(tool_calls=[ToolCall(id="c1", name="slow", arguments={})])
+
+    turn = runner.run(Agent("slow-agent", FunctionModel(answer), tools=[slow]), "go")
+
+    # Then while the tool ran, its start (provisional) was already there, its end not yet
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert ("TOOL_STARTED", True) in seen_during
+    assert not any(t == "TOOL_COMPLETED" for t, _ in seen_during)
+    # and every committed event is in the stream once, numbered 1..n
+    full = [e for _, e in read_events(client, ns, turn.id, count=1000)]
+    numbers = [e["sequence"] for e in full if not e["provisional"]]
+    assert numbers == list(range(1, len(numbers) + 1))
+    assert [e["type"] for e in full if not e["provisional"]][-1] == "TURN_COMPLETED"
+    store.close()
