@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -65,6 +66,24 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise fail(f"invalid setting {where}: {first['msg']}") from None
 
     return wrapper
+
+
+class OneLineLog(logging.Handler):
+    """Warnings of the runner (a wake-up that could not be sent) as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """``warning: message (cause)``, never a traceback."""
+        cause = record.exc_info[1] if record.exc_info else None
+        sys.stderr.write(
+            f"warning: {record.getMessage()}" + (f" ({cause})" if cause else "") + "\n"
+        )
+
+
+@app.callback()
+def _setup() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, OneLineLog) for h in root.handlers):
+        root.addHandler(OneLineLog(logging.WARNING))
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -21,7 +21,7 @@ from agentworker.cli import NOTHING_TO_DO, app
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
 from examples.local import RedisServer, free_port
-from runner_core import AgentRunner
+from runner_core import AgentRunner, AgentTurnStatus
 
 pytestmark = pytest.mark.redis
 
@@ -244,3 +244,24 @@ def test_a_refused_resume_is_one_line(runner: AgentRunner) -> None:
     turn = runner.run("e2e-approval", "pay")
     code, out = invoke("turns", "resume", turn.id, "--approve", "wrong")
     assert code == 1 and "cannot resume" in out and len(out.strip().splitlines()) == 1
+
+
+def test_a_lost_wake_up_is_a_one_line_warning(
+    runner: AgentRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a turn to approve, and a broker nobody listens on (the store is up)
+    turn = runner.run("e2e-approval", "pay")
+    monkeypatch.setenv("AGENTWORKER_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")
+    import agentworker.celery_app as celery_app
+
+    monkeypatch.setattr(celery_app, "app", celery_app.create_app(Settings()))
+
+    # When the operator approves it
+    code, out = invoke("turns", "resume", turn.id, "--approve", "c0")
+
+    # Then the resume is saved, and the lost wake-up is one line, not a traceback
+    assert code == 0, out
+    assert "Traceback" not in out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "the sweeper will send it" in warnings[0], out
+    assert runner.store.load(turn.id).status is not AgentTurnStatus.WAITING_FOR_APPROVAL
