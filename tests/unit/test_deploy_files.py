@@ -334,9 +334,13 @@ def test_the_comments_tell_the_truth_about_docker_inspect() -> None:
 
 
 def test_docker_compose_config_accepts_the_files(tmp_path: Path) -> None:
+    # `docker compose config` needs the CLI and its compose plugin, not a running engine.
     docker = shutil.which("docker")
-    if docker is None or subprocess.run([docker, "info"], capture_output=True).returncode:
-        pytest.skip("no Docker engine here: the structural checks above stand in")
+    if (
+        docker is None
+        or subprocess.run([docker, "compose", "version"], capture_output=True).returncode
+    ):
+        pytest.skip("no docker compose here: the structural checks above stand in")
     env = {**os.environ, "FLOWER_PASSWORD": "x", "AGENTWORKER_WEBHOOK_SECRET": "y"}
     for files in (["-f", str(COMPOSE)], ["-f", str(COMPOSE), "-f", str(AGENTS_OVERRIDE)]):
         done = subprocess.run(
