@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from celery import Celery, signals
+from pydantic import ValidationError
 
 from agentworker.settings import Settings
 from runner_core import AgentWorkerError
@@ -93,4 +94,18 @@ def check_worker_settings(**_: Any) -> None:
 signals.worker_init.connect(check_worker_settings, weak=False)
 
 
-app = create_app()
+def app_from_environment() -> Celery:
+    """The app from ``AGENTWORKER_*``; invalid settings exit with one line per problem."""
+    try:
+        return create_app()
+    except ValidationError as exc:
+        problems = "; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())
+        raise SystemExit(f"agentworker: invalid settings: {problems}") from None
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    name = "AGENTWORKER_" + "_".join(str(p) for p in loc).upper()
+    return f"{name}: {message}" if loc else message
+
+
+app = app_from_environment()
