@@ -82,7 +82,7 @@ class OneLineLog(logging.Handler):
 @app.callback()
 def _setup() -> None:
     root = logging.getLogger()
-    if not any(isinstance(h, OneLineLog) for h in root.handlers):
+    if not root.handlers:  # a command-line process; an embedding one keeps its logging
         root.addHandler(OneLineLog(logging.WARNING))
 
 

@@ -7,6 +7,7 @@ runner with the same ``AGENTWORKER_*`` settings.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -26,6 +27,9 @@ from runner_core import AgentRunner, AgentTurnStatus
 pytestmark = pytest.mark.redis
 
 LOADER = "tests.e2e.agents:loader"
+ROOT = Path(__file__).resolve().parents[2]
+# What the installed `agentworker` script runs, with this interpreter.
+COMMAND = [sys.executable, "-c", "from agentworker.console import main; main()"]
 cli = CliRunner()
 
 
@@ -95,12 +99,12 @@ def test_the_installed_command_is_one_line_too() -> None:
     port = free_port()
     env = {"AGENTWORKER_REDIS_URL": f"redis://127.0.0.1:{port}/0", "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
-        [sys.executable, "-c", "from agentworker.console import main; main()", "turns", "list"],
+        [*COMMAND, "turns", "list"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=ROOT,
     )
     assert done.returncode == 1
     assert done.stdout == ""
@@ -246,22 +250,25 @@ def test_a_refused_resume_is_one_line(runner: AgentRunner) -> None:
     assert code == 1 and "cannot resume" in out and len(out.strip().splitlines()) == 1
 
 
-def test_a_lost_wake_up_is_a_one_line_warning(
-    runner: AgentRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_lost_wake_up_is_a_one_line_warning(runner: AgentRunner, env: dict[str, str]) -> None:
     # Given a turn to approve, and a broker nobody listens on (the store is up)
     turn = runner.run("e2e-approval", "pay")
-    monkeypatch.setenv("AGENTWORKER_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")
-    import agentworker.celery_app as celery_app
+    broken = {**os.environ, "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0"}
 
-    monkeypatch.setattr(celery_app, "app", celery_app.create_app(Settings()))
-
-    # When the operator approves it
-    code, out = invoke("turns", "resume", turn.id, "--approve", "c0")
+    # When the operator approves it with the agentworker command
+    done = subprocess.run(
+        [*COMMAND, "turns", "resume", turn.id, "--approve", "c0"],
+        env=broken,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
     # Then the resume is saved, and the lost wake-up is one line, not a traceback
-    assert code == 0, out
-    assert "Traceback" not in out
-    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "the sweeper will send it" in warnings[0], out
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    warnings = done.stderr.strip().splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith("warning: dispatching turn"), warnings
+    assert "the sweeper will send it" in warnings[0]
     assert runner.store.load(turn.id).status is not AgentTurnStatus.WAITING_FOR_APPROVAL
