@@ -44,21 +44,28 @@ class FrozenList(list[Any]):
         return (list, (thaw(self),))
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """A deep read-only copy of a JSON-like value (already frozen parts are reused)."""
-    if isinstance(value, FrozenDict | FrozenList):
+    kind = type(value)
+    if kind in _SCALARS or kind is FrozenDict or kind is FrozenList:
         return value
-    if isinstance(value, Mapping):
-        return FrozenDict({str(k): freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return FrozenList(freeze(v) for v in value)
+    if kind is dict or isinstance(value, Mapping):
+        return freeze_dict(value)
+    if kind is list or kind is tuple or isinstance(value, list | tuple):
+        return FrozenList([freeze(v) for v in value])
     return value
 
 
 def freeze_dict(value: Mapping[str, Any]) -> FrozenDict:
-    """``freeze`` for a mapping."""
-    frozen: FrozenDict = freeze(value)
-    return frozen
+    """``freeze`` for a mapping (the common flat one costs one copy)."""
+    if type(value) is FrozenDict:
+        return value
+    if all(type(v) in _SCALARS for v in value.values()):
+        return FrozenDict(value)
+    return FrozenDict({str(k): freeze(v) for k, v in value.items()})
 
 
 def thaw(value: Any) -> Any:

@@ -8,6 +8,7 @@ Provisional progress events (model/tool started, deltas) go out at once.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -64,6 +65,8 @@ class TurnKernel:
         self.runner_middleware = tuple(middleware)
         self.after_save = after_save
         self._chains: dict[int, tuple[Middleware, ...]] = {}
+        self._rid_prefix = uuid.uuid4().hex[:16]
+        self._rids = itertools.count()
         #: Whether the store keeps committed events (then they are built even unheard).
         self.store_records_events = bool(getattr(store, "records_events", True))
 
@@ -151,7 +154,7 @@ class TurnKernel:
         commit = Commit(
             snapshot=st,
             expected_version=st.version,
-            request_id=uuid.uuid4().hex,
+            request_id=f"{self._rid_prefix}-{next(self._rids)}",
             lease=held.ref() if held is not None else None,
             release=last and held is not None and held.release_on_last_save,
             children=tuple(children),

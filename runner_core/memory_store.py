@@ -60,6 +60,8 @@ class InMemoryAgentTurnStore:
         self._conversations: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}
         self._events: dict[str, deque[AgentEvent]] | None = {} if keep_events else None
+        #: Whether committed events are kept (a runner builds them only then, or to listeners).
+        self.records_events = keep_events
         self._max_events = max_events
         self._clock = clock
 
@@ -277,6 +279,8 @@ class InMemoryAgentTurnStore:
 
     def _check_writer(self, h: AgentTurnSnapshot, lease: LeaseRef | None) -> None:
         held = h.lease
+        if held is None and lease is None:
+            return
         if lease is not None:
             if held is None or (held.owner, held.lease_id) != lease:
                 raise LeaseLostError(h.id, f"lease {lease[1]} of {lease[0]!r} is not held")
@@ -288,10 +292,10 @@ class InMemoryAgentTurnStore:
     def _apply(self, commit: Commit, record: _Record | None) -> SaveResult:
         s = commit.snapshot
         was_terminal = record is not None and record.header.status.is_terminal
-        result = self._write(s, record)
+        record = self._write(s, record)
         for child in commit.children:
             self._write(child, None)
-        h = self._records[s.id].header
+        h = record.header
         first = self._log(h, commit.events)
         released = False
         if commit.release and commit.lease is not None:
@@ -302,8 +306,8 @@ class InMemoryAgentTurnStore:
         woken = False
         if s.parent_turn_id is not None and s.status.is_terminal and not was_terminal:
             woken = self._fan_in(h)
-        result = SaveResult(result.version, result.cancel_requested, released, first, woken)
-        self._records[s.id].last = (commit.request_id, result)
+        result = SaveResult(h.version, h.cancel_requested, released, first, woken)
+        record.last = (commit.request_id, result)
         return result
 
     def _log(self, h: AgentTurnSnapshot, events: Sequence[AgentEvent]) -> int:
@@ -336,7 +340,7 @@ class InMemoryAgentTurnStore:
         parent = self._records.get(h.parent_turn_id)
         return parent.header.lease if parent is not None else None
 
-    def _write(self, snapshot: AgentTurnSnapshot, record: _Record | None) -> SaveResult:
+    def _write(self, snapshot: AgentTurnSnapshot, record: _Record | None) -> _Record:
         results: dict[str, ChildResult] = {}
         if record is None:
             version, cancel, lease, messages = 0, snapshot.cancel_requested, None, []
@@ -350,15 +354,20 @@ class InMemoryAgentTurnStore:
             # results stay only for children the written state still waits on
             waiting = waiting_child_ids(snapshot)
             results = {c: r for c, r in h.child_results.items() if c in waiting}
-        header = snapshot.copy_state(with_messages=False)
-        header.version, header.cancel_requested, header.lease = version, cancel, lease
-        header.cancel_reason, header.event_sequence = reason, sequence
-        header.child_results = results
+        header = snapshot.copy_state(
+            with_messages=False,
+            version=version,
+            cancel_requested=cancel,
+            lease=lease,
+            cancel_reason=reason,
+            event_sequence=sequence,
+            child_results=results,
+        )
         messages.extend(snapshot.messages[len(messages) :])
         self._index(header, record is None)
         last = record.last if record is not None else None
-        self._records[snapshot.id] = _Record(header, messages, last)
-        return SaveResult(version, cancel)
+        written = self._records[snapshot.id] = _Record(header, messages, last)
+        return written
 
     def _index(self, header: AgentTurnSnapshot, created: bool) -> None:
         if header.status.is_terminal:

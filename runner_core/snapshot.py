@@ -157,8 +157,11 @@ class AgentTurnSnapshot(BaseModel):
         waiting = awaited_children(self)
         return bool(waiting) and all(c in self.child_results for c in waiting)
 
-    def copy_state(self, *, with_messages: bool = True) -> AgentTurnSnapshot:
-        """An isolated copy: containers copied, immutable values (messages) shared."""
+    def copy_state(self, *, with_messages: bool = True, **fields: Any) -> AgentTurnSnapshot:
+        """An isolated copy: containers copied, immutable values (messages) shared.
+
+        ``fields`` replace values of the copy (not validated: the store's own values).
+        """
         return self.model_copy(
             update={
                 "messages": list(self.messages) if with_messages else [],
@@ -171,6 +174,7 @@ class AgentTurnSnapshot(BaseModel):
                 "suspension": copy_suspension(self.suspension),
                 "task_plan": self.task_plan.model_copy(deep=True) if self.task_plan else None,
                 "child_results": dict(self.child_results),
+                **fields,
             }
         )
 
