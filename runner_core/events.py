@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_json
 
 from runner_core.frozen import freeze, thaw
 
@@ -114,6 +117,22 @@ class AgentEvent:
 
 AgentEventListener = Callable[[AgentEvent], None]
 
+_ids: list[Any] = []
+
+
+def _new_id_source() -> None:
+    _ids[:] = [uuid.uuid4().hex[:20], itertools.count()]
+
+
+_new_id_source()
+os.register_at_fork(after_in_child=_new_id_source)
+
+
+def new_event_id() -> str:
+    """A unique event id: a random per-process prefix and a counter (new after a fork)."""
+    prefix, counter = _ids
+    return f"{prefix}{next(counter):012x}"
+
 
 def make_event(
     s: AgentTurnSnapshot,
@@ -127,7 +146,7 @@ def make_event(
     payload.update(data)
     provisional = type in PROVISIONAL
     return AgentEvent(
-        event_id=uuid.uuid4().hex,
+        event_id=new_event_id(),
         type=type,
         turn_id=s.id,
         root_turn_id=s.root_turn_id,
@@ -160,9 +179,24 @@ def event_to_dict(event: AgentEvent) -> dict[str, Any]:
     }
 
 
-def event_json(event: AgentEvent) -> str:
-    """The event as compact JSON (unknown values as their JSON form or text)."""
-    return json.dumps(event_to_dict(event), default=json_default, separators=(",", ":"))
+def event_json(event: AgentEvent) -> bytes:
+    """The event as compact JSON, UTF-8 (unknown values as their JSON form or text)."""
+    doc = {
+        "event_id": event.event_id,
+        "type": event.type.value,
+        "turn_id": event.turn_id,
+        "root_turn_id": event.root_turn_id,
+        "parent_turn_id": event.parent_turn_id,
+        "agent_id": event.agent_id,
+        "agent_version": event.agent_version,
+        "sequence": event.sequence,
+        "occurred_at": event.occurred_at,
+        # read-only dicts and lists are dicts and lists to the encoder; other mappings copied
+        "data": event.data if isinstance(event.data, dict) else thaw(event.data),
+        "provisional": event.provisional,
+        "attempt": event.attempt,
+    }
+    return to_json(doc, fallback=json_default)
 
 
 def event_from_dict(doc: Mapping[str, Any]) -> AgentEvent:

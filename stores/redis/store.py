@@ -234,7 +234,7 @@ class RedisAgentTurnStore:
                 self.keys.events(tag, root),
                 self.keys.events_end(tag, root),
             ]
-            args = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
+            args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
             args += [str(self.stream_maxlen), *(event_json(e) for e in events)]
             reply = self.scripts.run("cancel", keys, args)
         if not answered(reply):
