@@ -216,18 +216,19 @@ end
 
 -- Append n event documents from ARGV[at] to the tree's stream, numbered from the turn's
 -- counter; ends: the root ended, so mark the stream's end and let both expire after ttl.
--- Returns the first number.
+-- maxlen '0': number them only (streaming is off). Returns the first number.
 local function append_events(hkey, stream, endkey, at, n, maxlen, ttl, ends)
   local ev = tonumber(redis.call('HGET', hkey, 'ev') or '0') or 0
   local first = ev + 1
   if n == 0 then return first end
+  redis.call('HSET', hkey, 'ev', ev + n, 'evf', first)
+  if maxlen == '0' then return first end
   local last_id
   for i = 0, n - 1 do
     ev = ev + 1
     last_id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'seq', ev,
                          'event', ARGV[at + i])
   end
-  redis.call('HSET', hkey, 'ev', ev, 'evf', first)
   if ends == '1' then
     redis.call('SET', endkey, last_id, 'EX', ttl)
     redis.call('EXPIRE', stream, ttl)

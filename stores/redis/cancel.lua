@@ -11,7 +11,7 @@
 -- ARGV[2]  reason (JSON: a string or null)
 -- ARGV[3]  request id (a replay answers OK)
 -- ARGV[4]  number of events e
--- ARGV[5]  stream length bound (approximate MAXLEN)
+-- ARGV[5]  stream length bound (approximate MAXLEN; '0': number the events, stream none)
 -- ARGV[6..5+e]  event documents (numbered here from the turn's counter)
 --
 -- Returns {'OK', first event number} | {'NO'} (terminal, or the flag was already set) |

@@ -19,7 +19,7 @@
 -- ARGV[4]   writer's lease id
 -- ARGV[5]   '1': give that lease back in the same write
 -- ARGV[6]   number of events e
--- ARGV[7]   stream length bound (approximate MAXLEN)
+-- ARGV[7]   stream length bound (approximate MAXLEN; '0': number the events, stream none)
 -- ARGV[8]   seconds the stream and its end marker live once the root ended
 -- ARGV[9]   '1': this commit ends the root (mark the stream's end)
 -- ARGV[10]  the child's result (JSON) when an ended child reports to its parent, else ''

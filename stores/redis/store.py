@@ -63,6 +63,7 @@ class RedisAgentTurnStore:
         check_connection: bool = True,
         stream_maxlen: int = 10_000,
         stream_ttl: int = 3600,
+        events: bool = True,
     ) -> None:
         self.redis, self.url = connect(
             redis,
@@ -80,8 +81,9 @@ class RedisAgentTurnStore:
         self.stream_maxlen = stream_maxlen
         #: ... and lives this many seconds after its root's terminal event.
         self.stream_ttl = stream_ttl
-        #: Committed events are always written (the stream is what followers read).
-        self.records_events = True
+        #: Commits write their events to the tree's stream (``events=False``: they are
+        #: numbered, not streamed, as with ``AGENTWORKER_EVENTS=false``).
+        self.records_events = events
         self.cache = TurnCache(cache_size)
         self.guard = Guard(self.url)
         #: How often ``now()`` reads ``TIME`` (seconds); in between it counts locally.
@@ -235,7 +237,8 @@ class RedisAgentTurnStore:
                 self.keys.events_end(tag, root),
             ]
             args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
-            args += [str(self.stream_maxlen), *(event_json(e) for e in events)]
+            maxlen = str(self.stream_maxlen) if self.records_events else "0"
+            args += [maxlen, *(event_json(e) for e in events)]
             reply = self.scripts.run("cancel", keys, args)
         if not answered(reply):
             return CancelResult(False)

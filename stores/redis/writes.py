@@ -71,7 +71,7 @@ def _call(store: RedisAgentTurnStore, tag: str, c: Commit, stored: int) -> objec
         lease_id,
         "1" if c.release else "0",
         str(len(c.events)),
-        str(store.stream_maxlen),
+        str(store.stream_maxlen) if store.records_events else "0",
         str(store.stream_ttl),
         "1" if ends and any(e.type in TERMINAL_EVENTS for e in c.events) else "0",
         report,

@@ -13,12 +13,14 @@ import pytest
 import redis
 
 from runner_core import (
+    Agent,
     AgentConversationBusyException,
     AgentRunner,
     AgentTurnStatus,
     AgentWorkerError,
     AiMessage,
     Commit,
+    FunctionModel,
     InMemoryAgentLoader,
     SnapshotCorruptedError,
     TurnNotFoundError,
@@ -335,3 +337,20 @@ def test_now_follows_the_server_clock_without_a_round_trip_per_reading(
     seconds, micros = real_time()
     server = int(seconds) + int(micros) / 1_000_000
     assert abs(redis_store.now() - server) < 0.01
+
+
+def test_with_events_off_commits_number_events_but_stream_none(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    store = RedisAgentTurnStore(redis_server.url, namespace=namespace, events=False)
+    seen: list[Any] = []
+    runner = AgentRunner(turn_store=store)
+    runner.add_event_listener(seen.append)
+    turn = runner.run(Agent("quiet", FunctionModel(lambda r: AiMessage("hi"))), "go")
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert store.read_events(turn.id) == []
+    assert store.redis.exists(store.keys.events(store.tag_of(turn.id), turn.id)) == 0
+    committed = [e.sequence for e in seen if not e.provisional]
+    assert committed == list(range(1, len(committed) + 1))
+    store.close()
