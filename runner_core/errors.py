@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AgentWorkerError(Exception):
-    """Base class of every error agentworker raises on purpose."""
+    """Base class of every error agentworker raises on purpose.
+
+    Pickles as itself (message and ids kept), so Celery reports the real class.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(
+    cls: type[AgentWorkerError], args: tuple[Any, ...], state: dict[str, Any]
+) -> AgentWorkerError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class TurnNotFoundError(AgentWorkerError, LookupError):

@@ -18,6 +18,7 @@ from agentworker.http.auth import (
     sign,
     signed_headers,
 )
+from runner_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -53,5 +54,8 @@ def _default_app() -> Starlette:
             from agentworker.settings import Settings
 
             settings = Settings()
-            _app = create_http_app(make_runner(settings), settings)
+            try:
+                _app = create_http_app(make_runner(settings), settings)
+            except ConfigurationError as exc:
+                raise SystemExit(f"agentworker.http: {exc}") from None
         return _app

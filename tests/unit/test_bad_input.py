@@ -163,3 +163,18 @@ def test_bad_agent_and_policy_definitions_are_refused() -> None:
         RetryPolicy(max_retries=-1)
     with pytest.raises(ValueError):
         AgentExecutionPolicy(lease_seconds=0)
+
+
+def test_our_errors_survive_pickling_with_their_class_message_and_ids() -> None:
+    import pickle
+
+    from runner_core import StoreUnavailableError, TurnLeasedError, TurnNotFoundError
+
+    for error in (
+        StoreUnavailableError("redis://x", ConnectionError("down")),
+        TurnNotFoundError("t-1"),
+        TurnLeasedError("t-2", "w-1", 3.5),
+    ):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)
+        assert again.__dict__ == error.__dict__
