@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from celery import Celery, signals
+from kombu.entity import Exchange, Queue
 from pydantic import ValidationError
 
 from agentworker.settings import Settings
@@ -39,6 +40,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": settings.step_time_limit * 0.9,
         "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
         # Steps and sweeps on their own queues: a backlog of steps never delays the sweeper.
+        # Both are declared, so a worker without -Q consumes both; -Q picks one.
+        "task_queues": [_queue(settings.step_queue), _queue(settings.sweep_queue)],
         "task_default_queue": settings.step_queue,
         "task_routes": {
             "agentworker.step_turn": {"queue": settings.step_queue},
@@ -48,10 +51,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "agentworker-sweep": {
                 "task": "agentworker.sweep",
                 "schedule": settings.sweep_interval,
-                # A sweep that waited longer than a few intervals is worthless: drop it.
-                "options": {"queue": settings.sweep_queue, "expires": settings.sweep_interval * 5},
+                # No expiry: the scheduler keeps at most one sweep waiting, and a late sweep
+                # is still the one to run (an expired one would be dropped unrun).
+                "options": {"queue": settings.sweep_queue},
             }
         },
+        # Sends a sweep only once the previous one has started (agentworker/beat.py).
+        "beat_scheduler": "agentworker.beat:SweepScheduler",
         # A broken broker must not hang producers: the turn is saved; the sweeper sends it.
         "task_publish_retry_policy": {
             "max_retries": 2,
@@ -65,6 +71,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": True,
         "task_send_sent_event": False,
     }
+
+
+def _queue(name: str) -> Queue:
+    """A queue as Celery creates a missing one: its own direct exchange, routed by name."""
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
 
 
 def create_app(settings: Settings | None = None) -> Celery:

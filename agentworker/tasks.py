@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 
+from agentworker.beat import sweep_started
 from agentworker.runtime import process_runner, worker_id
 from agentworker.settings import Settings
 from agentworker.stepping import step_once, sweep_once
@@ -33,7 +34,9 @@ def register(app: Celery) -> None:
     @app.task(name="agentworker.sweep", ignore_result=True)
     def sweep() -> dict[str, Any]:
         """Wake what should be running; run by beat every ``sweep_interval``."""
-        report = sweep_once(process_runner(app), Settings().lost_wakeup_seconds)
+        settings = Settings()
+        sweep_started(settings)  # first: beat may queue the next sweep while this one runs
+        report = sweep_once(process_runner(app), settings.lost_wakeup_seconds)
         if report.due or report.lost or report.repaired:
             log.info("sweep woke %s", report)
         return {"due": report.due, "lost": report.lost, "repaired": report.repaired}
