@@ -124,23 +124,19 @@ class Fleet:
         self.beat: subprocess.Popen[bytes] | None = None
         logs.mkdir(parents=True, exist_ok=True)
 
-    def start_worker(self, name: str, concurrency: int = 1) -> subprocess.Popen[bytes]:
-        """One worker process (solo pool: the process that runs the step is the one to kill)."""
-        args = [
-            CELERY,
-            "-A",
-            "agentworker",
-            "worker",
-            "--loglevel=INFO",
-            "--pool=solo",
-            f"--concurrency={concurrency}",
-            "-n",
-            f"{name}@%h",
-            "-Q",
-            "agentworker.steps,agentworker.sweep",
-            "--without-gossip",
-            "--without-mingle",
-        ]
+    def start_worker(
+        self, name: str, concurrency: int = 1, *, pool: str = "solo", queues: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """One worker process.
+
+        The solo pool by default: the process that runs the step is the one to kill. No
+        ``queues`` (no ``-Q``): the worker consumes every queue the app declares.
+        """
+        args = [CELERY, "-A", "agentworker", "worker", "--loglevel=INFO", f"--pool={pool}"]
+        args += [f"--concurrency={concurrency}", "-n", f"{name}@%h"]
+        if queues is not None:
+            args += ["-Q", queues]
+        args += ["--without-gossip", "--without-mingle"]
         proc = self._spawn(args, name)
         self.workers[name] = proc
         return proc
