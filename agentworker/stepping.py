@@ -43,15 +43,18 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> str:
 
 
 def _wake_next(runner: AgentRunner, turn: AgentTurn) -> None:
-    """Re-enqueue a turn that can go on, or the children it now waits for."""
+    """Re-enqueue a turn that can go on, or the children it now waits for.
+
+    The step's last commit marked them queued (it released the lease with the wake flag).
+    """
     st = turn.state
     if st.status.is_terminal:
-        return  # a waiting parent was woken by the fan-in, under this lease
+        return  # a waiting parent was woken (and marked) by the child's last commit
     if st.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING) or st.cancel_requested:
-        runner.dispatch(turn.id)
+        runner.dispatch(turn.id, marked=True)
     elif st.status is AgentTurnStatus.WAITING_FOR_CHILD:
         for child_id in waiting_child_ids(st):
-            runner.dispatch(child_id)
+            runner.dispatch(child_id, marked=True)
 
 
 @dataclass(frozen=True)
@@ -66,13 +69,15 @@ class SweepReport:
 def sweep_once(runner: AgentRunner, lost_after: float, limit: int = 1000) -> SweepReport:
     """Wake what should run: due retries, lost wake-ups, dead workers' turns, parents.
 
-    Safe to run twice: a wake-up is only a hint, the lease decides who steps.
+    Safe to run twice: a wake-up is only a hint, the lease decides who steps; a wake-up
+    already queued is known (its mark) and not sent again, so a backlog never multiplies.
     """
     store = runner.store
     now = store.now()
-    due = store.due_turn_ids(now, limit)  # type: ignore[attr-defined]
-    lost = store.stale_turn_ids(now, lost_after, limit)  # type: ignore[attr-defined]
-    for turn_id in dict.fromkeys([*due, *lost]):
-        runner.dispatch(turn_id)
+    due = store.due_turn_ids(now, limit)
+    lost = store.stale_turn_ids(now, lost_after, limit)
+    # each wake-up sent is marked queued: the next sweeps leave the turn alone until it has
+    # been claimed, or until the mark runs out (the message really was lost)
+    runner.wake(list(dict.fromkeys([*due, *lost])))
     repaired = runner.repair(limit)
     return SweepReport(len(due), len(lost), repaired)

@@ -56,8 +56,11 @@ class TurnKernel:
         loader: AgentLoader,
         after_save: AfterSave | None = None,
         on_terminal: OnTerminal | None = None,
+        wakes: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
+        #: Whether a wake-up follows a commit that leaves a turn runnable (a dispatcher).
+        self.wakes = wakes
         self.loader = loader
         self.on_terminal = on_terminal
         self.bus = bus
@@ -151,14 +154,16 @@ class TurnKernel:
             held.check()
         st = turn.state
         st.updated_at = time.time()
+        release = last and held is not None and held.release_on_last_save
         commit = Commit(
             snapshot=st,
             expected_version=st.version,
             request_id=f"{self._rid_prefix}-{next(self._rids)}",
             lease=held.ref() if held is not None else None,
-            release=last and held is not None and held.release_on_last_save,
+            release=release,
             children=tuple(children),
             events=self._events(turn, st.version + 1, after),
+            wake=(held is None or release) and self.wakes(),
         )
         try:
             result = self._write(turn, commit)

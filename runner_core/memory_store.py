@@ -60,6 +60,10 @@ class InMemoryAgentTurnStore:
         self._conversations: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}
         self._events: dict[str, deque[AgentEvent]] | None = {} if keep_events else None
+        self._since: dict[str, float] = {}  # since when a turn is runnable (if it is)
+        self._queued: dict[str, float] = {}  # until when a queued wake-up is trusted
+        #: How long a queued wake-up is trusted before the sweeper sends another (seconds).
+        self.requeue_after = 300.0
         #: Whether committed events are kept (a runner builds them only then, or to listeners).
         self.records_events = keep_events
         self._max_events = max_events
@@ -129,6 +133,73 @@ class InMemoryAgentTurnStore:
                 return []
             return list(self._events.get(root_turn_id, ()))[:limit]
 
+    def mark_queued(self, turn_ids: Sequence[str]) -> None:
+        """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
+        with self._lock:
+            self._mark(
+                [t for t in turn_ids if t in self._records], self._clock() + self.requeue_after
+            )
+
+    def unmark_queued(self, turn_id: str) -> None:
+        """The wake-up for this turn was not sent after all."""
+        with self._lock:
+            self._queued.pop(turn_id, None)
+
+    def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
+        """Scheduled retries whose time has come and no queued wake-up covers."""
+        with self._lock:
+            return self._scan(now, limit, retries_only=True)
+
+    def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
+        """Turns runnable for ``older_than`` seconds that nobody serves."""
+        with self._lock:
+            return self._scan(now - older_than, limit, retries_only=False)
+
+    def _scan(self, bound: float, limit: int, *, retries_only: bool) -> list[str]:
+        found: list[tuple[float, str]] = []
+        for turn_id in self._live:
+            h = self._records[turn_id].header
+            if retries_only and (
+                h.status is not AgentTurnStatus.RETRY_SCHEDULED or h.cancel_requested
+            ):
+                continue
+            score = self._score(h)
+            if score is not None and score <= bound:
+                found.append((score, turn_id))
+        return [turn_id for _, turn_id in sorted(found)[:limit]]
+
+    def _score(self, h: AgentTurnSnapshot) -> float | None:
+        """Since when the sweeper should care about a turn (the runnable index's score)."""
+        if h.status.is_terminal:
+            return None
+        since = self._since.get(h.id, h.updated_at)
+        if h.status is AgentTurnStatus.RETRY_SCHEDULED and not h.cancel_requested:
+            since = h.next_runnable_at if h.next_runnable_at is not None else since
+        elif not (
+            h.cancel_requested
+            or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+            or h.all_children_reported()
+        ):
+            return None
+        if h.lease is not None:
+            since = max(since, h.lease.until)
+        return max(since, self._queued.get(h.id, since))
+
+    def _mark(self, turn_ids: Sequence[str], until: float) -> None:
+        now = self._clock()
+        for turn_id in turn_ids:
+            h = self._records[turn_id].header
+            due = h.status is AgentTurnStatus.RETRY_SCHEDULED and (h.next_runnable_at or 0) <= now
+            wakeable = (
+                due
+                or h.cancel_requested
+                or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+                or h.all_children_reported()
+            )
+            leased = h.lease is not None and h.lease.until > now
+            if wakeable and not leased and not h.status.is_terminal:
+                self._queued[turn_id] = until
+
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""
         with self._lock:
@@ -184,6 +255,7 @@ class InMemoryAgentTurnStore:
                 owner=worker_id, lease_id=uuid.uuid4().hex, until=now + lease_ms / 1000
             )
             h.version += 1
+            self._queued.pop(turn_id, None)
             return self.load(turn_id)
 
     def claim_runnable(
@@ -222,6 +294,7 @@ class InMemoryAgentTurnStore:
             if lease is None or (lease.owner, lease.lease_id) != (worker_id, lease_id):
                 return False
             h.lease = None
+            self._since[turn_id] = self._clock()
             return True
 
     def children_of(self, parent_turn_id: str) -> list[str]:
@@ -306,6 +379,12 @@ class InMemoryAgentTurnStore:
         woken = False
         if s.parent_turn_id is not None and s.status.is_terminal and not was_terminal:
             woken = self._fan_in(h)
+        if commit.wake:
+            until = self._clock() + self.requeue_after
+            marked = [s.id, *(c.id for c in commit.children)]
+            self._mark(
+                [*marked, *([s.parent_turn_id] if woken and s.parent_turn_id else [])], until
+            )
         result = SaveResult(h.version, h.cancel_requested, released, first, woken)
         record.last = (commit.request_id, result)
         return result
@@ -372,8 +451,11 @@ class InMemoryAgentTurnStore:
     def _index(self, header: AgentTurnSnapshot, created: bool) -> None:
         if header.status.is_terminal:
             self._live.pop(header.id, None)
+            self._since.pop(header.id, None)
+            self._queued.pop(header.id, None)
         else:
             self._live[header.id] = None
+            self._since[header.id] = self._clock()
         if created:
             if header.parent_turn_id is not None:
                 self._children.setdefault(header.parent_turn_id, []).append(header.id)

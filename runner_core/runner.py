@@ -74,6 +74,7 @@ class AgentRunner:
             self.loader,
             after_save=self._project,
             on_terminal=self._child_ended,
+            wakes=lambda: self.dispatcher is not None,
         )
         self._keeper = LeaseKeeper()
         self._inline: set[str] = set()
@@ -103,7 +104,7 @@ class AgentRunner:
     ) -> AgentTurn:
         """Create a READY turn and hand it to the dispatcher (a worker runs it)."""
         turn = self._create(agent, input, history, conversation_id, options)
-        self._dispatch(turn.id)
+        self._dispatch(turn.id, marked=True)
         return turn
 
     def _create(
@@ -223,7 +224,7 @@ class AgentRunner:
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
         turn = self._apply_resume(turn_id, command)
-        self._dispatch(turn.id)
+        self._dispatch(turn.id, marked=True)
         return turn
 
     def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
@@ -271,12 +272,12 @@ class AgentRunner:
 
     def repair(self, limit: int = 100) -> int:
         """Deliver ended children's results that never reached their parent (older data)."""
-        woken = 0
+        woken: list[str] = []
         for child_id, parent_id in self.store.find_terminal_children_with_waiting_parent(limit):
             if self.store.report_child(child_id):
-                woken += 1
-                self._dispatch(parent_id)
-        return woken
+                woken.append(parent_id)
+        self.wake(woken)
+        return len(woken)
 
     def cancel(self, turn_id: str, reason: str | None = None) -> AgentTurn:
         """Request cancellation of a turn and its running children; idle ones end now.
@@ -312,7 +313,7 @@ class AgentRunner:
         idle = turn.status.is_blocked or turn.status is AgentTurnStatus.READY
         if idle and self._finalize_cancel(turn):
             return self.restore(turn_id)
-        self._dispatch(turn_id)
+        self.wake([turn_id])  # its owner, or the next claim, ends it
         return turn
 
     def _finalize_cancel(self, turn: AgentTurn) -> bool:
@@ -455,7 +456,7 @@ class AgentRunner:
         """The child's last commit woke its parent: dispatch it (unless run inline here)."""
         parent_id = turn.state.parent_turn_id
         if parent_id is not None and result.parent_woken and parent_id not in self._inline:
-            self._dispatch(parent_id)
+            self._dispatch(parent_id, marked=True)
 
     # -- events and dispatch ------------------------------------------------------------------
     def add_event_listener(self, listener: AgentEventListener) -> None:
@@ -466,17 +467,41 @@ class AgentRunner:
         """Stop listening."""
         self.events.remove(listener)
 
-    def dispatch(self, turn_id: str) -> None:
-        """Tell the dispatcher a turn is runnable; a failure is logged (the sweeper resends)."""
-        self._dispatch(turn_id)
+    def dispatch(self, turn_id: str, *, marked: bool = False) -> bool:
+        """Tell the dispatcher a turn is runnable; a failure is logged (the sweeper resends).
 
-    def _dispatch(self, turn_id: str) -> None:
+        ``marked``: the commit that made it runnable already marked its wake-up queued
+        (a failed send then clears the mark). True if a wake-up was sent.
+        """
+        sent = self._dispatch(turn_id, marked=marked)
+        if sent and not marked:
+            self.store.mark_queued([turn_id])
+        return sent
+
+    def wake(self, turn_ids: Sequence[str]) -> int:
+        """Send a wake-up for each turn and mark the sent ones queued (one store call)."""
+        sent = [t for t in turn_ids if self._dispatch(t, marked=False)]
+        if sent:
+            try:
+                self.store.mark_queued(sent)
+            except Exception:
+                log.warning("marking %d wake-ups queued failed", len(sent), exc_info=True)
+        return len(sent)
+
+    def _dispatch(self, turn_id: str, *, marked: bool) -> bool:
         if self.dispatcher is None:
-            return
+            return False
         try:
             self.dispatcher(turn_id)
         except Exception:
             log.exception("dispatching turn %s failed; the sweeper will send it", turn_id)
+            if marked:
+                try:
+                    self.store.unmark_queued(turn_id)
+                except Exception:
+                    log.warning("turn %s stays marked queued until it runs out", turn_id)
+            return False
+        return True
 
 
 def _wants_step(turn: AgentTurn) -> bool:

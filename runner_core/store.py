@@ -34,6 +34,10 @@ class Commit:
     release: bool = False
     children: tuple[AgentTurnSnapshot, ...] = ()
     events: tuple[AgentEvent, ...] = ()
+    #: The writer sends a wake-up for every turn this commit makes runnable (the turn, its
+    #: new children, a parent it wakes): the store marks them queued, so the sweeper does
+    #: not send another while that one waits in the broker.
+    wake: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +171,31 @@ class AgentTurnStore(Protocol):
 
     def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
         """The committed events of a turn tree, oldest first, numbered."""
+        ...
+
+    def mark_queued(self, turn_ids: Sequence[str]) -> None:
+        """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds.
+
+        A claim clears the mark. Turns a wake-up cannot serve (blocked, leased, ended)
+        are not marked; unknown ids are skipped.
+        """
+        ...
+
+    def unmark_queued(self, turn_id: str) -> None:
+        """The wake-up for this turn was not sent after all (the broker refused it)."""
+        ...
+
+    def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
+        """Scheduled retries whose time has come and no queued wake-up covers."""
+        ...
+
+    def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
+        """Turns runnable for ``older_than`` seconds that nobody serves.
+
+        READY/RUNNING turns, cancel requests and woken parents without a queued wake-up
+        (or whose mark ran out ``older_than`` ago), leases that expired ``older_than`` ago
+        (a killed worker), retries overdue by as much.
+        """
         ...
 
     def claim(

@@ -19,7 +19,7 @@ local function clock()
 end
 
 local FIELDS = {'sv', 'v', 'st', 'cx', 'cr', 'lo', 'lid', 'lu', 'nra', 'rid', 'n', 'last',
-                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel'}
+                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel', 'q'}
 
 -- The control fields of a stored turn; nil and an error reply if absent or unreadable.
 local function read(key, id)
@@ -37,8 +37,10 @@ local function read(key, id)
 end
 
 -- Since when a turn is runnable (its score in the runnable index), or nil if it is not.
--- open: how many awaited children have not reported ('0': a woken parent).
-local function runnable_since(st, cx, nra, lu, now, open)
+-- open: how many awaited children have not reported ('0': a woken parent). A leased turn
+-- scores its lease expiry; a turn with a queued wake-up (q) scores the time until which
+-- that wake-up is trusted: the sweeper looks at neither before then.
+local function runnable_since(st, cx, nra, lu, now, open, q)
   if TERMINAL[st] then return nil end
   local since
   if cx == '1' or st == 'READY' or st == 'RUNNING' then
@@ -51,12 +53,13 @@ local function runnable_since(st, cx, nra, lu, now, open)
     return nil
   end
   if lu ~= '' and tonumber(lu) > tonumber(since) then since = lu end
+  if q and q ~= '' and tonumber(q) > tonumber(since) then since = q end
   return since
 end
 
 -- Put a turn where its state says in the runnable index.
-local function place(runnable, id, st, cx, nra, lu, now, open)
-  local since = runnable_since(st, cx, nra, lu, now, open)
+local function place(runnable, id, st, cx, nra, lu, now, open, q)
+  local since = runnable_since(st, cx, nra, lu, now, open, q)
   if since then
     redis.call('ZADD', runnable, since, id)
   else
@@ -178,7 +181,7 @@ local function index(T, hkey, b, cx, lu, now)
     end
     return
   end
-  place(T.runnable, b.id, b.st, cx, b.nra, lu, now, open)
+  place(T.runnable, b.id, b.st, cx, b.nra, lu, now, open, redis.call('HGET', hkey, 'q'))
   if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
     redis.call('HSET', T.conv, 'st', b.st)
   end
@@ -253,7 +256,28 @@ local function fan_in(T, phkey, parent_id, child_id, result, now)
     return '0'
   end
   redis.call('HDEL', T.waits, parent_id)
-  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu')
-  place(T.runnable, parent_id, p[1] or '', p[2] or '', p[3] or '', p[4] or '', now, '0')
+  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu', 'q')
+  place(T.runnable, parent_id, p[1] or '', p[2] or '', p[3] or '', p[4] or '', now, '0', p[5])
   return '1'
+end
+
+-- A wake-up for the turn is (or is about to be) queued: mark it until `till` (the sweeper
+-- re-sends it only after that), or clear the mark (till = ''). Only a turn a wake-up can
+-- serve is marked: READY, RUNNING, cancel requested, a due retry or a woken parent; never
+-- one leased.
+local function mark_queued(runnable, hkey, id, till, now)
+  local f = redis.call('HMGET', hkey, 'st', 'cx', 'nra', 'lu', 'open')
+  local st, cx, nra, open, lu = f[1] or '', f[2] or '', f[3] or '', f[5] or '', f[4] or ''
+  if till == '' then
+    redis.call('HDEL', hkey, 'q')
+  else
+    local due = st == 'RETRY_SCHEDULED' and (nra == '' or tonumber(nra) <= tonumber(now))
+    local wakeable = st == 'READY' or st == 'RUNNING' or cx == '1' or due
+      or (st == 'WAITING_FOR_CHILD' and open == '0')
+    if TERMINAL[st] or not wakeable or (lu ~= '' and tonumber(lu) > tonumber(now)) then
+      return
+    end
+    redis.call('HSET', hkey, 'q', till)
+  end
+  place(runnable, id, st, cx, nra, lu, now, open, till)
 end

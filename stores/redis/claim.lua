@@ -46,6 +46,7 @@ if not parsed or type(doc) ~= 'table' or tostring(doc.schema_version) ~= SCHEMA 
 end
 
 redis.call('HSET', KEYS[1], 'lo', worker, 'lid', lease_id, 'lu', ARGV[5], 'v', f.version + 1)
+redis.call('HDEL', KEYS[1], 'q')  -- the wake-up that was queued has been served
 redis.call('HSET', KEYS[4], id, ARGV[5])
-place(KEYS[3], id, f.st, f.cx, f.nra, ARGV[5], clock(), f.open)
+place(KEYS[3], id, f.st, f.cx, f.nra, ARGV[5], clock(), f.open, '')
 return reply()

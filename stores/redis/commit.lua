@@ -23,7 +23,10 @@
 -- ARGV[8]   seconds the stream and its end marker live once the root ended
 -- ARGV[9]   '1': this commit ends the root (mark the stream's end)
 -- ARGV[10]  the child's result (JSON) when an ended child reports to its parent, else ''
--- ARGV[11..10+e]  the event documents (JSON, numbered here from the turn's counter)
+-- ARGV[11]  seconds a queued wake-up is trusted: the writer sends one for every turn this
+--           commit makes runnable (the turn, its new children, a woken parent), which are
+--           marked queued; '' = no wake-up follows
+-- ARGV[12..11+e]  the event documents (JSON, numbered here from the turn's counter)
 -- then the turn block (see _lib.lua: id, expected version, body, ..., k) and k messages,
 -- then c child blocks likewise
 --
@@ -35,7 +38,7 @@
 local T = tag_keys()
 local rid, worker, lid = ARGV[1], ARGV[3], ARGV[4]
 local nevents = tonumber(ARGV[6])
-local b = block(11 + nevents)
+local b = block(12 + nevents)
 local creating = b.exp == '-1'
 
 local prev, err, replay
@@ -77,16 +80,23 @@ if ARGV[5] == '1' and worker ~= '' then
     redis.call('HDEL', KEYS[7], 'lo', 'lid', 'lu')
     redis.call('HDEL', T.leases, b.id)
     local open = redis.call('HGET', KEYS[7], 'open') or ''
-    place(T.runnable, b.id, b.st, cx, b.nra, '', now, open)
+    place(T.runnable, b.id, b.st, cx, b.nra, '', now, open, redis.call('HGET', KEYS[7], 'q'))
   end
 end
 
-local first = append_events(KEYS[7], KEYS[10], KEYS[11], 11, nevents, ARGV[7], ARGV[8], ARGV[9])
+local first = append_events(KEYS[7], KEYS[10], KEYS[11], 12, nevents, ARGV[7], ARGV[8], ARGV[9])
 
 local woke = '0'
 local was_terminal = (not creating) and TERMINAL[prev.st]
 if ARGV[10] ~= '' and b.par ~= '' and TERMINAL[b.st] and not was_terminal then
   woke = fan_in(T, KEYS[12], b.par, b.id, ARGV[10], now)
+end
+
+if ARGV[11] ~= '' then
+  local till = tostring(tonumber(now) + tonumber(ARGV[11]))
+  mark_queued(T.runnable, KEYS[7], b.id, till, now)
+  for _, c in ipairs(children) do mark_queued(T.runnable, c[2][1], c[1].id, till, now) end
+  if woke == '1' then mark_queued(T.runnable, KEYS[12], b.par, till, now) end
 end
 redis.call('HSET', KEYS[7], 'rel', released, 'cw', woke)
 return {'OK', v, cx, released, first, woke}

@@ -17,7 +17,7 @@ if f.lo == ARGV[2] and f.lid == ARGV[3] then
   redis.call('HDEL', KEYS[1], 'lo', 'lid', 'lu')
   redis.call('HSET', KEYS[1], 'rrid', ARGV[4])
   redis.call('HDEL', KEYS[3], ARGV[1])
-  place(KEYS[2], ARGV[1], f.st, f.cx, f.nra, '', clock(), f.open)
+  place(KEYS[2], ARGV[1], f.st, f.cx, f.nra, '', clock(), f.open, f.q)
   return {'OK'}
 end
 if f.rrid == ARGV[4] then return {'OK'} end

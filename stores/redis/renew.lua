@@ -19,5 +19,5 @@ if f.lo ~= ARGV[2] or f.lid ~= ARGV[3] then return {'NO'} end
 if f.lu == '' or tonumber(f.lu) <= tonumber(ARGV[4]) then return {'NO'} end
 redis.call('HSET', KEYS[1], 'lu', ARGV[5])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[5])
-place(KEYS[2], ARGV[1], f.st, f.cx, f.nra, ARGV[5], clock(), f.open)
+place(KEYS[2], ARGV[1], f.st, f.cx, f.nra, ARGV[5], clock(), f.open, f.q)
 return {'OK'}

@@ -35,6 +35,7 @@ _HERE = Path(__file__).parent
 _WITH_LIB = (
     "commit",
     "report",
+    "queue",
     "claim",
     "renew",
     "release",

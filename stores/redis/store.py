@@ -64,6 +64,7 @@ class RedisAgentTurnStore:
         stream_maxlen: int = 10_000,
         stream_ttl: int = 3600,
         events: bool = True,
+        requeue_after: float = 300.0,
     ) -> None:
         self.redis, self.url = connect(
             redis,
@@ -81,6 +82,9 @@ class RedisAgentTurnStore:
         self.stream_maxlen = stream_maxlen
         #: ... and lives this many seconds after its root's terminal event.
         self.stream_ttl = stream_ttl
+        #: How long a queued wake-up is trusted before the sweeper sends another (seconds):
+        #: longer than any backlog should last, short enough to recover a lost message.
+        self.requeue_after = requeue_after
         #: Commits write their events to the tree's stream (``events=False``: they are
         #: numbered, not streamed, as with ``AGENTWORKER_EVENTS=false``).
         self.records_events = events
@@ -310,7 +314,28 @@ class RedisAgentTurnStore:
         """The conversation's chat memory in this Redis (a ``chat_memory_provider``)."""
         return RedisChatMemory(self.redis, self.keys, self.scripts, self.guard, conversation_id)
 
-    # -- for the Celery layer and operators ----------------------------------------------
+    # -- wake-ups and the sweeper -----------------------------------------------------------
+    def mark_queued(self, turn_ids: Sequence[str]) -> None:
+        """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
+        self._queue(turn_ids, repr(float(self.requeue_after)))
+
+    def unmark_queued(self, turn_id: str) -> None:
+        """The wake-up for this turn was not sent after all."""
+        self._queue([turn_id], "")
+
+    def _queue(self, turn_ids: Sequence[str], seconds: str) -> None:
+        calls = []
+        with self.guard:
+            for turn_id in turn_ids:
+                try:
+                    tag = self.tag_of(turn_id)
+                except TurnNotFoundError:
+                    continue
+                keys = [self.keys.runnable(tag), self.keys.header(tag, turn_id)]
+                calls.append((self.scripts["queue"], keys, [turn_id, seconds]))
+            if calls:
+                self.scripts.pipelined(calls)
+
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose ``next_runnable_at`` has come (nothing else wakes them)."""
@@ -324,11 +349,10 @@ class RedisAgentTurnStore:
         ][:limit]
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
-        """Turns runnable for ``older_than`` seconds that nobody stepped.
+        """Turns runnable for ``older_than`` seconds that nobody serves (see the protocol).
 
-        READY or RUNNING turns without a lease (a lost wake-up, a killed direct runner),
-        leases that expired ``older_than`` ago (a killed worker), retries overdue by as much,
-        and unserved cancellation requests.
+        A turn with a queued wake-up scores the end of its mark in the runnable index, a
+        leased one its lease expiry: both stay out until then.
         """
         with self.guard:
             return [c[2] for c in self.scanner.runnable(now - older_than, limit, False, limit)]

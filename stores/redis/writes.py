@@ -75,6 +75,7 @@ def _call(store: RedisAgentTurnStore, tag: str, c: Commit, stored: int) -> objec
         str(store.stream_ttl),
         "1" if ends and any(e.type in TERMINAL_EVENTS for e in c.events) else "0",
         report,
+        repr(float(store.requeue_after)) if c.wake else "",
         *(event_json(e) for e in c.events),
         *turn_block(s, c.expected_version, stored),
     ]

@@ -77,6 +77,8 @@ def _exercise_the_rest(store: RedisAgentTurnStore) -> None:
     assert store.report_child(kid.id) is False  # reported by the commit already
     assert store.find_terminal_children_with_waiting_parent(10) == []
     assert store.read_events(parent.id) == []
+    store.mark_queued([parent.id, kid.id])
+    store.unmark_queued(parent.id)
     store.due_turn_ids(now)
     store.stale_turn_ids(now, 0)
     assert store.list_turns(limit=1000)

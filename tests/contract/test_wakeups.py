@@ -1,0 +1,174 @@
+"""Wake-ups: a queued one is known, so the sweeper re-sends only what is really lost.
+
+On every store: a backlog, a refused dispatch, a lost message, a due retry and a dead
+worker, each with the sweeper running far more often than anything completes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from agentworker.stepping import step_once, sweep_once
+from runner_core import (
+    Agent,
+    AgentExecutionPolicy,
+    AgentRunner,
+    AgentTurnOptions,
+    AgentTurnStatus,
+    AgentTurnStore,
+    AiMessage,
+    FunctionModel,
+    InMemoryAgentLoader,
+    ModelRequest,
+    RetryPolicy,
+    ToolCall,
+    ToolMessage,
+    tool,
+)
+
+S = AgentTurnStatus
+
+
+def three_step_agent() -> Agent:
+    @tool
+    def look(n: int) -> str:
+        """Look something up."""
+        return f"found {n}"
+
+    def answer(request: ModelRequest) -> AiMessage:
+        done = sum(isinstance(m, ToolMessage) for m in request.messages)
+        if done < 2:
+            return AiMessage(
+                tool_calls=[ToolCall(id=f"c{done}", name="look", arguments={"n": done})]
+            )
+        return AiMessage("done")
+
+    return Agent("looker", FunctionModel(answer), tools=[look])
+
+
+class Broker:
+    """A queue of wake-ups, consumed slowly: a backlog."""
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+        self.sent = 0
+        self.refuse = False
+
+    def __call__(self, turn_id: str) -> None:
+        if self.refuse:
+            raise ConnectionError("broker down")
+        self.sent += 1
+        self.queue.append(turn_id)
+
+
+def fleet(make_store: Callable[[], AgentTurnStore], broker: Broker) -> AgentRunner:
+    loader = InMemoryAgentLoader([three_step_agent()])
+    return AgentRunner(turn_store=make_store(), agent_loader=loader, dispatcher=broker)
+
+
+def test_a_backlog_never_multiplies_wake_ups(make_store: Callable[[], AgentTurnStore]) -> None:
+    # Given 40 turns waiting in a broker that one slow worker drains 5 messages at a time
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    turns = [runner.start("looker", f"go {i}").id for i in range(40)]
+    steps = 0
+    # When the sweeper runs between every few steps with an aggressive lost-wake-up setting
+    for _ in range(200):
+        sweep_once(runner, lost_after=0.0)
+        for turn_id in broker.queue[:5]:
+            if step_once(runner, turn_id, "w1") not in ("not-runnable", "not-found", "fenced"):
+                steps += 1
+        del broker.queue[:5]
+        if not broker.queue:
+            break
+    # Then every turn finished and the sweeper added (almost) nothing
+    assert all(runner.store.load(t).status is S.COMPLETED for t in turns)
+    assert steps == 40 * 5  # model, tool, model, tool, model
+    assert broker.sent / steps <= 1.2, (broker.sent, steps)
+
+
+def test_a_refused_dispatch_leaves_the_turn_to_the_sweeper(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    broker.refuse = True
+    turn = runner.start("looker", "go")  # saved; its wake-up refused (and logged)
+    assert broker.queue == []
+    broker.refuse = False
+
+    report = sweep_once(runner, lost_after=0.0)
+
+    assert report.lost == 1 and broker.queue == [turn.id]
+    sweep_once(runner, lost_after=0.0)
+    assert broker.queue == [turn.id]  # queued now: not sent twice
+
+
+def test_a_lost_message_is_sent_again_once_its_mark_runs_out(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    runner.store.requeue_after = 0.2  # type: ignore[attr-defined]
+    turn = runner.start("looker", "go")
+    broker.queue.clear()  # the broker lost it
+
+    sweep_once(runner, lost_after=0.0)
+    assert broker.queue == []  # still trusted
+    time.sleep(0.25)
+    sweep_once(runner, lost_after=0.0)
+    assert broker.queue == [turn.id]
+
+
+def test_a_due_retry_is_sent_once(make_store: Callable[[], AgentTurnStore]) -> None:
+    failures = [ConnectionError("timeout")]
+
+    @tool
+    def flaky() -> str:
+        """Fails once."""
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    def answer(request: ModelRequest) -> AiMessage:
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            return AiMessage("done")
+        return AiMessage(tool_calls=[ToolCall(id="c1", name="flaky", arguments={})])
+
+    broker = Broker()
+    loader = InMemoryAgentLoader([Agent("flaky", FunctionModel(answer), tools=[flaky])])
+    runner = AgentRunner(turn_store=make_store(), agent_loader=loader, dispatcher=broker)
+    policy = AgentExecutionPolicy(retry=RetryPolicy(max_retries=2, initial_delay=0.05))
+    turn = runner.start("flaky", "go", options=AgentTurnOptions(policy=policy))
+    step_once(runner, broker.queue.pop(0), "w1")
+    step_once(runner, broker.queue.pop(0), "w1")
+    stored = runner.store.load(turn.id)
+    assert stored.status is S.RETRY_SCHEDULED and broker.queue == [], (stored.status, broker.queue)
+
+    assert sweep_once(runner, lost_after=60).due == 0  # not due yet
+    time.sleep(0.06)
+    assert sweep_once(runner, lost_after=60).due == 1
+    assert sweep_once(runner, lost_after=60).due == 0  # its wake-up is queued
+    assert broker.queue == [turn.id]
+    step_once(runner, broker.queue.pop(0), "w1")
+    step_once(runner, broker.queue.pop(0), "w1")
+    assert runner.store.load(turn.id).status is S.COMPLETED
+
+
+def test_a_dead_workers_turn_is_sent_again_after_its_lease(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    runner.policy = AgentExecutionPolicy(lease_seconds=0.1)
+    turn = runner.start("looker", "go")
+    broker.queue.clear()
+    held = runner.claim(turn.id, "dies")  # and never releases: a SIGKILL
+    assert held is not None
+    runner._keeper.drop(held.held_lease)  # type: ignore[arg-type]
+
+    assert sweep_once(runner, lost_after=0.0).lost == 0  # the lease is live
+    time.sleep(0.15)
+    assert sweep_once(runner, lost_after=0.0).lost == 1
+    assert broker.queue == [turn.id]
