@@ -78,6 +78,7 @@ class AgentRunner:
         )
         self._keeper = LeaseKeeper()
         self._inline: set[str] = set()
+        self._unsent: dict[str, None] = {}
 
     # -- creating -----------------------------------------------------------------------
     def run(
@@ -496,12 +497,30 @@ class AgentRunner:
         except Exception:
             log.exception("dispatching turn %s failed; the sweeper will send it", turn_id)
             if marked:
-                try:
-                    self.store.unmark_queued(turn_id)
-                except Exception:
-                    log.warning("turn %s stays marked queued until it runs out", turn_id)
+                self._unsent_wake_up(turn_id)
             return False
+        if self._unsent:
+            self._send_unsent()
         return True
+
+    def _unsent_wake_up(self, turn_id: str) -> None:
+        """A marked turn whose wake-up failed: clear the mark, or (store down too) keep it.
+
+        Kept ones are sent by this process's next successful dispatch; should the process
+        die first, the mark runs out (``requeue_after``) and the sweeper sends one.
+        """
+        try:
+            self.store.unmark_queued(turn_id)
+        except Exception:
+            if len(self._unsent) < 10_000:
+                self._unsent[turn_id] = None
+            log.warning("turn %s stays marked queued; resent with the next wake-up", turn_id)
+
+    def _send_unsent(self) -> None:
+        for turn_id in list(self._unsent):
+            self._unsent.pop(turn_id, None)
+            if not self._dispatch(turn_id, marked=True):
+                return
 
 
 def _wants_step(turn: AgentTurn) -> bool:

@@ -153,3 +153,35 @@ def test_run_forever_stops_when_asked(runner: AgentRunner, store: InMemoryAgentT
     thread.join(timeout=2)
 
     assert not thread.is_alive()
+
+
+def test_a_wake_up_lost_with_the_store_down_is_sent_with_the_next_one() -> None:
+    from runner_core import AgentRunner, InMemoryAgentTurnStore
+
+    class Flaky(InMemoryAgentTurnStore):
+        down = False
+
+        def unmark_queued(self, turn_id: str) -> None:
+            if self.down:
+                raise ConnectionError("store down")
+            super().unmark_queued(turn_id)
+
+    sent: list[str] = []
+    broker_down = [True]
+
+    def dispatcher(turn_id: str) -> None:
+        if broker_down[0]:
+            raise ConnectionError("broker down")
+        sent.append(turn_id)
+
+    store = Flaky()
+    runner = AgentRunner(turn_store=store, dispatcher=dispatcher)
+    from tests.unit.helpers import Script, agent
+
+    store.down = True
+    first = runner.start(agent(Script("hi")), "one")  # saved, marked; its wake-up failed
+    store.down = False
+    broker_down[0] = False
+    second = runner.start(agent(Script("hi")), "two")
+
+    assert sent == [second.id, first.id]  # the kept one went out with the next
