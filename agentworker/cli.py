@@ -174,6 +174,27 @@ def list_turns(
         console.print(turns_table(with_snapshots))
 
 
+@turns.command("quarantined")
+@one_line_errors
+def quarantined(
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """Turns whose stored record could not be read: moved aside, never woken again."""
+    store = _runner().store
+    lister = getattr(store, "quarantined", None)
+    if lister is None:
+        raise fail(f"{type(store).__name__} keeps no quarantine")
+    rows = [{"turn_id": t, "reason": r, "at": at} for t, r, at in lister(limit)]
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("no quarantined turns")
+    for row in rows:
+        console.print(f"{row['turn_id']}  {escape(str(row['reason']))}")
+
+
 @turns.command("show")
 @one_line_errors
 def show(

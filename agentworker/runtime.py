@@ -40,7 +40,12 @@ def make_runner(
         loader: AgentLoader = settings.load_agent_loader()
     else:
         loader = UnsetAgentLoader()
-    store = RedisAgentTurnStore(settings.redis_url, namespace=settings.namespace)
+    store = RedisAgentTurnStore(
+        settings.redis_url,
+        namespace=settings.namespace,
+        events=settings.events_enabled,
+        requeue_after=settings.requeue_after_seconds,
+    )
     runner = AgentRunner(
         turn_store=store,
         agent_loader=loader,
@@ -48,6 +53,7 @@ def make_runner(
         policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
         dispatcher=CeleryDispatcher(app, settings.step_queue),
     )
+    runner.unloadable_grace_seconds = settings.unloadable_grace_seconds
     if settings.events_enabled:
         runner.add_event_listener(event_bridge(settings))
     return runner

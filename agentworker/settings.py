@@ -37,8 +37,14 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=30.0, gt=0)
     #: How often beat runs the sweeper.
     sweep_interval: float = Field(default=1.0, gt=0)
-    #: A READY turn untouched this long is presumed to have lost its wake-up.
+    #: A runnable turn that nobody serves this long, and whose wake-up is not known to be
+    #: queued, is presumed to have lost its wake-up.
     lost_wakeup_seconds: float = Field(default=10.0, gt=0)
+    #: How long a queued wake-up is trusted before the sweeper sends another.
+    requeue_after_seconds: float = Field(default=300.0, gt=0)
+    #: How long a turn may wait for a worker that can load its agent version (a rolling
+    #: deploy) before it is failed.
+    unloadable_grace_seconds: float = Field(default=600.0, ge=0)
     #: Hard time limit of one step task; a step that runs longer is killed.
     step_time_limit: float = Field(default=300.0, gt=0)
     #: Redis-broker visibility timeout; must exceed the step time limit.

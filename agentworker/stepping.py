@@ -11,6 +11,7 @@ from runner_core import (
     AgentTurnStatus,
     ConcurrentModificationError,
     LeaseLostError,
+    SnapshotCorruptedError,
     TurnNotFoundError,
 )
 from runner_core.store import waiting_child_ids
@@ -21,14 +22,16 @@ log = logging.getLogger("agentworker.steps")
 def step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> str:
     """Claim the turn, take one step under its lease, release, then wake what is runnable.
 
-    Returns what happened, for logs and Flower: ``not-found``, ``not-runnable``, ``fenced``
-    or the turn's status after the step.
+    Returns what happened, for logs and Flower: ``not-found``, ``not-runnable``,
+    ``quarantined``, ``fenced`` or the turn's status after the step.
     """
     try:
         turn = runner.claim(turn_id, worker_id)
     except TurnNotFoundError:
         log.warning("step for unknown turn %s acked and dropped", turn_id)
         return "not-found"
+    except SnapshotCorruptedError:
+        return "quarantined"  # moved aside (and logged) by the store: never sent again
     if turn is None:
         return "not-runnable"
     try:

@@ -79,6 +79,8 @@ class AgentRunner:
         self._keeper = LeaseKeeper()
         self._inline: set[str] = set()
         self._unsent: dict[str, None] = {}
+        #: How long a turn may wait for a worker that has its agent version (see _held).
+        self.unloadable_grace_seconds = 600.0
 
     # -- creating -----------------------------------------------------------------------
     def run(
@@ -388,12 +390,37 @@ class AgentRunner:
         try:
             agent = self.loader.load(snapshot.agent_id, snapshot.agent_version)
         except AgentNotFoundError as exc:
-            self._fail_unloadable(snapshot, held, exc)
+            self._unloadable(snapshot, held, exc)
             return None
         turn = AgentTurn(snapshot, agent)
         turn.held_lease = held
         self._keeper.hold(held)
         return turn
+
+    def _unloadable(self, snapshot: AgentTurnSnapshot, held: HeldLease, exc: Exception) -> None:
+        """Leave a turn whose agent version this process lacks to one that has it.
+
+        During a rolling deploy some workers have a version and some do not. The lease
+        goes back (no wake-up: the sweeper sends one after ``lost_wakeup_seconds``, to any
+        worker); only a turn no worker has served for ``unloadable_grace_seconds`` since
+        its last commit is failed.
+        """
+        waited = self.store.now() - snapshot.updated_at
+        if waited < self.unloadable_grace_seconds:
+            log.warning(
+                "turn %s needs agent %r version %r, which this worker cannot load (%s); "
+                "left for another worker (unserved for %.0fs of %.0fs)",
+                snapshot.id,
+                snapshot.agent_id,
+                snapshot.agent_version,
+                exc,
+                waited,
+                self.unloadable_grace_seconds,
+            )
+            held.release()
+            return
+        log.error("turn %s: no worker loaded its agent for %.0fs; failing it", snapshot.id, waited)
+        self._fail_unloadable(snapshot, held, exc)
 
     def _fail_unloadable(
         self, snapshot: AgentTurnSnapshot, held: HeldLease, exc: Exception

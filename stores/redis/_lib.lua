@@ -11,6 +11,11 @@ local TERMINAL = {
   COMPLETED = true, FAILED = true, CANCELLED = true,
   MAX_ITERATIONS_REACHED = true, MAX_STEPS_REACHED = true, BUDGET_EXCEEDED = true,
 }
+local KNOWN = {
+  READY = true, RUNNING = true, WAITING_FOR_USER = true, WAITING_FOR_APPROVAL = true,
+  WAITING_FOR_CHILD = true, RETRY_SCHEDULED = true,
+}
+for name in pairs(TERMINAL) do KNOWN[name] = true end
 
 -- The server clock, seconds since the epoch, as an exact decimal string.
 local function clock()
@@ -33,6 +38,7 @@ local function read(key, id)
   if not f.version or f.st == '' or not tonumber(f.n) then
     return nil, {'CORRUPT', id, 'header lacks version, status or count'}
   end
+  if not KNOWN[f.st] then return nil, {'CORRUPT', id, 'unknown status ' .. f.st} end
   return f
 end
 

@@ -37,6 +37,8 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:{T}:ended``                   zset     id -> when it ended (server time), terminal turns
 ``ns:{T}:waits``                   hash     parent id -> JSON list of the children it waits on
                                             that have not reported yet
+``ns:{T}:quarantine``              zset     id -> when: turns whose record could not be read,
+                                            moved out of every index (``qr`` in the header: why)
 ``ns:{T}:leases``                  hash     id -> lease expiry of every leased turn (the claim
                                             rule reads a parent's lease from here)
 ``ns:{T}:ev:R``                     stream   the committed (and provisional) events of the tree
@@ -129,6 +131,10 @@ class Keyspace:
     def waits(self, tag: str) -> str:
         """Parents of the tag waiting for children."""
         return f"{self.namespace}:{{{tag}}}:waits"
+
+    def quarantine(self, tag: str) -> str:
+        """The tag's quarantined turns (id -> when), records that could not be read."""
+        return f"{self.namespace}:{{{tag}}}:quarantine"
 
     def leases(self, tag: str) -> str:
         """Lease expiries of the tag's leased turns."""

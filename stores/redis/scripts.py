@@ -44,7 +44,7 @@ _WITH_LIB = (
     "load",
     "expire",
 )
-_PLAIN = ("due", "repair", "zrem_if", "memory_add")
+_PLAIN = ("due", "repair", "zrem_if", "memory_add", "quarantine")
 
 Call = tuple[Script, Sequence[str], Sequence[Arg]]
 

@@ -25,6 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from redis import Redis
 
@@ -268,9 +269,8 @@ class RedisAgentTurnStore:
             for _, tag, turn_id in self.scanner.runnable(now, most, True, most):
                 try:
                     snapshot = self._claim(tag, turn_id, worker_id, now, lease_ms)
-                except SnapshotCorruptedError as exc:
-                    log.error("skipping corrupt turn %s: %s", turn_id, exc)
-                    continue
+                except SnapshotCorruptedError:
+                    continue  # quarantined (and logged) by _claim
                 except TurnNotFoundError:
                     continue
                 if snapshot is not None:
@@ -313,6 +313,34 @@ class RedisAgentTurnStore:
     def chat_memory(self, conversation_id: str) -> RedisChatMemory:
         """The conversation's chat memory in this Redis (a ``chat_memory_provider``)."""
         return RedisChatMemory(self.redis, self.keys, self.scripts, self.guard, conversation_id)
+
+    # -- records that cannot be read ------------------------------------------------------------
+    def quarantine(self, turn_id: str, reason: str) -> bool:
+        """Move a turn out of every index with the reason; False if it already was."""
+        with self.guard:
+            return self._quarantine(self.tag_of(turn_id), turn_id, reason)
+
+    def _quarantine(self, tag: str, turn_id: str, reason: str) -> bool:
+        k = self.keys
+        keys = [k.header(tag, turn_id), k.runnable(tag), k.live(tag), k.leases(tag)]
+        reply = self.scripts.run("quarantine", [*keys, k.quarantine(tag)], [turn_id, reason])
+        moved = code_of(reply) == "OK"
+        if moved:
+            log.error("turn %s quarantined (never claimed or woken again): %s", turn_id, reason)
+        return moved
+
+    def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
+        """(turn id, reason, when) of quarantined turns, newest first."""
+        found: list[tuple[str, str, float]] = []
+        with self.guard:
+            for tag in self.scanner.tags(self.keys.retained):
+                key = self.keys.quarantine(tag)
+                entries: list[Any] = self.redis.zrange(key, 0, -1, withscores=True)
+                for raw, when in entries:
+                    turn_id = text(raw)
+                    reason = self.redis.hget(self.keys.header(tag, turn_id), "qr")
+                    found.append((turn_id, text(reason) if reason else "", float(when)))
+        return sorted(found, key=lambda f: -f[2])[:limit]
 
     # -- wake-ups and the sweeper -----------------------------------------------------------
     def mark_queued(self, turn_ids: Sequence[str]) -> None:
@@ -434,13 +462,13 @@ class RedisAgentTurnStore:
         k = self.keys
         keys = [k.header(tag, turn_id), k.messages(tag, turn_id), k.runnable(tag), k.leases(tag)]
         args = [turn_id, worker_id, lease_id, repr(float(now)), repr(until), str(len(have))]
-        data = loaded(self.scripts.run("claim", keys, args))
-        if data is None:
-            return None
         try:
+            data = loaded(self.scripts.run("claim", keys, args))
+            if data is None:
+                return None
             return self._snapshot(turn_id, tag, data, have)
-        except SnapshotCorruptedError:
-            self.release_lease(turn_id, worker_id, lease_id)
+        except SnapshotCorruptedError as exc:
+            self._quarantine(tag, turn_id, str(exc))
             raise
 
     def _snapshot(

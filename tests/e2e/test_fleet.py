@@ -214,7 +214,10 @@ def test_a_broken_broker_at_start_is_repaired_by_the_sweeper(
 def test_an_agent_the_workers_cannot_load_fails_the_turn_once(
     fleet: Fleet, producer_env: dict[str, str], redis_server: RedisServer
 ) -> None:
+    # (after a grace of 1 s in which it waits for a worker that has the agent)
+    fleet.env["AGENTWORKER_UNLOADABLE_GRACE_SECONDS"] = "1"
     fleet.start_worker("w1")
+    fleet.start_beat()  # it sends the turn again once the worker has left it
     fleet.wait_ready()
     runner = producer()
     # the producer knows an agent the workers' loader does not

@@ -76,6 +76,7 @@ DOWN_COMMANDS = [
     ["turns", "start", "e2e-tools", "go"],
     ["turns", "resume", "t1", "--approve", "c0"],
     ["turns", "cancel", "t1"],
+    ["turns", "quarantined"],
     ["sweep"],
 ]
 
@@ -272,3 +273,19 @@ def test_a_lost_wake_up_is_a_one_line_warning(runner: AgentRunner, env: dict[str
     assert len(warnings) == 1 and warnings[0].startswith("warning: dispatching turn"), warnings
     assert "the sweeper will send it" in warnings[0]
     assert runner.store.load(turn.id).status is not AgentTurnStatus.WAITING_FOR_APPROVAL
+
+
+def test_quarantined_lists_turns_moved_aside(runner: AgentRunner) -> None:
+    from stores import RedisAgentTurnStore
+
+    turn = runner.start("e2e-tools", "go")
+    store = runner.store
+    assert isinstance(store, RedisAgentTurnStore)
+    assert invoke("turns", "quarantined")[1].strip() == "no quarantined turns"
+    store.quarantine(turn.id, "body is not JSON")
+
+    code, out = invoke("turns", "quarantined", "--json")
+
+    assert code == 0
+    [row] = json.loads(out)
+    assert (row["turn_id"], row["reason"]) == (turn.id, "body is not JSON")

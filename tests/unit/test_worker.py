@@ -60,20 +60,37 @@ def test_worker_runs_started_turns_to_completion(
     assert sorted(ran) == ["0", "1", "2", "3", "4"]
 
 
-def test_unloadable_agent_fails_the_turn_instead_of_looping(
+def test_an_unloadable_agent_leaves_the_turn_for_a_worker_that_has_it(
     store: InMemoryAgentTurnStore, make_runner: Callable[..., AgentRunner]
 ) -> None:
-    # Given a turn started by a producer that knows the agent
+    # Given a turn started by a producer that knows the agent (a rolling deploy)
     producer = make_runner()
-    turn = producer.start(agent(Script(), id="billing"), "hi")
+    turn = producer.start(agent(Script("done"), id="billing"), "hi")
 
     # When a worker whose loader lacks the agent polls
+    old_worker = AgentRunner(store, InMemoryAgentLoader())
+    steps = AgentWorker(old_worker, worker_id="old").run_until_idle()
+
+    # Then the turn is left as it was, lease given back, for a worker that has the agent
+    assert steps == 0
+    stored = store.load(turn.id)
+    assert stored.status is AgentTurnStatus.READY and stored.lease is None
+    assert AgentWorker(producer, worker_id="new").run_until_idle() == 1
+    assert store.load(turn.id).status is AgentTurnStatus.COMPLETED
+
+
+def test_a_turn_no_worker_can_load_for_the_grace_period_fails_once(
+    store: InMemoryAgentTurnStore, make_runner: Callable[..., AgentRunner]
+) -> None:
+    producer = make_runner()
+    turn = producer.start(agent(Script(), id="billing"), "hi")
     worker_runner = AgentRunner(store, InMemoryAgentLoader())
+    worker_runner.unloadable_grace_seconds = 0.0  # it has waited long enough
     log = EventLog()
     worker_runner.add_event_listener(log)
+
     steps = AgentWorker(worker_runner, worker_id="w1").run_until_idle()
 
-    # Then the turn FAILS with a reason naming the agent, and the worker goes idle
     assert steps == 0
     stored = store.load(turn.id)
     assert stored.status is AgentTurnStatus.FAILED
