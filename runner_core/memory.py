@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from runner_core.messages import Message, SystemMessage, UserMessage
+
+if TYPE_CHECKING:
+    from runner_core.snapshot import AgentTurnSnapshot
 
 log = logging.getLogger("runner_core.memory")
 
@@ -75,3 +78,30 @@ def attach_window(messages: Sequence[Message], max_turns: int) -> list[Message]:
     if not starts or max_turns <= 0:
         return []
     return visible[starts[max(0, len(starts) - max_turns)] :]
+
+
+def project(st: AgentTurnSnapshot, memory: Callable[[], ChatMemory], *, restoring: bool) -> None:
+    """Add a root turn's new messages to its conversation; a failure waits for later.
+
+    After a commit, and on restore: ``projected_count`` is stored by the next commit, so a
+    restored turn may lag by its last projection (a terminal turn has no next commit). A
+    memory with ``has_message`` is asked then whether it holds the last message already.
+    """
+    start = st.history_count + st.projected_count
+    new = st.messages[start:]
+    if not new:
+        return
+    try:
+        target = memory()
+        has = getattr(target, "has_message", None)
+        if not (restoring and has is not None and has(new[-1].id)):
+            target.add_messages(new)
+    except Exception:
+        log.warning(
+            "projecting turn %s into conversation %s failed; will retry",
+            st.id,
+            st.conversation_id,
+            exc_info=True,
+        )
+        return
+    st.projected_count += len(new)

@@ -6,7 +6,6 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
 from runner_core.children import descendants
@@ -19,7 +18,7 @@ from runner_core.errors import (
 )
 from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
 from runner_core.kernel import TurnKernel
-from runner_core.memory import ChatMemory, attach_window
+from runner_core.memory import ChatMemory, attach_window, project
 from runner_core.messages import Message, SystemMessage, UserMessage
 from runner_core.middleware import Middleware
 from runner_core.policy import (
@@ -34,11 +33,12 @@ from runner_core.status import AgentTurnStatus
 from runner_core.step import may_step, run_step
 from runner_core.store import AgentTurnStore, SaveResult, waiting_child_ids
 from runner_core.turn import AgentStepResult, AgentTurn
+from runner_core.unloadable import leave_or_fail
+from runner_core.wakeups import Dispatcher, Waker
 from runner_core.worker import HeldLease, LeaseKeeper
 
 log = logging.getLogger("runner_core.runner")
 
-Dispatcher = Callable[[str], None]
 ChatMemoryProvider = Callable[[str], "ChatMemory"]
 
 
@@ -78,7 +78,7 @@ class AgentRunner:
         )
         self._keeper = LeaseKeeper()
         self._inline: set[str] = set()
-        self._unsent: dict[str, None] = {}
+        self.waker = Waker(self.store, lambda: self.dispatcher)
         #: How long a turn may wait for a worker that has its agent version (see _held).
         self.unloadable_grace_seconds = 600.0
 
@@ -390,51 +390,12 @@ class AgentRunner:
         try:
             agent = self.loader.load(snapshot.agent_id, snapshot.agent_version)
         except AgentNotFoundError as exc:
-            self._unloadable(snapshot, held, exc)
+            leave_or_fail(self, snapshot, held, exc)
             return None
         turn = AgentTurn(snapshot, agent)
         turn.held_lease = held
         self._keeper.hold(held)
         return turn
-
-    def _unloadable(self, snapshot: AgentTurnSnapshot, held: HeldLease, exc: Exception) -> None:
-        """Leave a turn whose agent version this process lacks to one that has it.
-
-        During a rolling deploy some workers have a version and some do not. The lease
-        goes back (no wake-up: the sweeper sends one after ``lost_wakeup_seconds``, to any
-        worker); only a turn no worker has served for ``unloadable_grace_seconds`` since
-        its last commit is failed.
-        """
-        waited = self.store.now() - snapshot.updated_at
-        if waited < self.unloadable_grace_seconds:
-            log.warning(
-                "turn %s needs agent %r version %r, which this worker cannot load (%s); "
-                "left for another worker (unserved for %.0fs of %.0fs)",
-                snapshot.id,
-                snapshot.agent_id,
-                snapshot.agent_version,
-                exc,
-                waited,
-                self.unloadable_grace_seconds,
-            )
-            held.release()
-            return
-        log.error("turn %s: no worker loaded its agent for %.0fs; failing it", snapshot.id, waited)
-        self._fail_unloadable(snapshot, held, exc)
-
-    def _fail_unloadable(
-        self, snapshot: AgentTurnSnapshot, held: HeldLease, exc: Exception
-    ) -> None:
-        turn = AgentTurn(
-            snapshot, Agent(snapshot.agent_id, _NoModel(), version=snapshot.agent_version)
-        )
-        turn.held_lease = held
-        try:
-            self.kernel.finish(turn, AgentTurnStatus.FAILED, str(exc), exc)
-        finally:
-            turn.held_lease = None
-            held.release()
-            self.events.flush()
 
     def _lease_ms(self) -> int:
         return int(self.policy.lease_seconds * 1000)
@@ -450,35 +411,11 @@ class AgentRunner:
         self._project_new(turn, restoring=False)
 
     def _project_new(self, turn: AgentTurn, *, restoring: bool) -> None:
-        """Project after a commit; on restore, only what the memory does not hold yet.
-
-        ``projected_count`` is stored by the next commit, so a restored turn may lag by
-        the last projection (a terminal turn has no next commit): the memory is asked
-        whether it holds the last message before anything is written again.
-        """
         st = turn.state
         if st.conversation_id is None or st.parent_turn_id is not None:
             return
-        if self.chat_memory_provider is None:
-            return
-        start = st.history_count + st.projected_count
-        new = st.messages[start:]
-        if not new:
-            return
-        try:
-            memory = self._memory(st.conversation_id)
-            has = getattr(memory, "has_message", None)
-            if not (restoring and has is not None and has(new[-1].id)):
-                memory.add_messages(new)
-        except Exception:
-            log.warning(
-                "projecting turn %s into conversation %s failed; will retry",
-                st.id,
-                st.conversation_id,
-                exc_info=True,
-            )
-            return
-        st.projected_count += len(new)
+        if self.chat_memory_provider is not None:
+            project(st, lambda: self._memory(st.conversation_id or ""), restoring=restoring)
 
     def _child_ended(self, turn: AgentTurn, result: SaveResult) -> None:
         """The child's last commit woke its parent: dispatch it (unless run inline here)."""
@@ -501,53 +438,14 @@ class AgentRunner:
         ``marked``: the commit that made it runnable already marked its wake-up queued
         (a failed send then clears the mark). True if a wake-up was sent.
         """
-        sent = self._dispatch(turn_id, marked=marked)
-        if sent and not marked:
-            self.store.mark_queued([turn_id])
-        return sent
+        return self.waker.dispatch(turn_id, marked=marked)
 
     def wake(self, turn_ids: Sequence[str]) -> int:
         """Send a wake-up for each turn and mark the sent ones queued (one store call)."""
-        sent = [t for t in turn_ids if self._dispatch(t, marked=False)]
-        if sent:
-            try:
-                self.store.mark_queued(sent)
-            except Exception:
-                log.warning("marking %d wake-ups queued failed", len(sent), exc_info=True)
-        return len(sent)
+        return self.waker.wake(turn_ids)
 
     def _dispatch(self, turn_id: str, *, marked: bool) -> bool:
-        if self.dispatcher is None:
-            return False
-        try:
-            self.dispatcher(turn_id)
-        except Exception:
-            log.exception("dispatching turn %s failed; the sweeper will send it", turn_id)
-            if marked:
-                self._unsent_wake_up(turn_id)
-            return False
-        if self._unsent:
-            self._send_unsent()
-        return True
-
-    def _unsent_wake_up(self, turn_id: str) -> None:
-        """A marked turn whose wake-up failed: clear the mark, or (store down too) keep it.
-
-        Kept ones are sent by this process's next successful dispatch; should the process
-        die first, the mark runs out (``requeue_after``) and the sweeper sends one.
-        """
-        try:
-            self.store.unmark_queued(turn_id)
-        except Exception:
-            if len(self._unsent) < 10_000:
-                self._unsent[turn_id] = None
-            log.warning("turn %s stays marked queued; resent with the next wake-up", turn_id)
-
-    def _send_unsent(self) -> None:
-        for turn_id in list(self._unsent):
-            self._unsent.pop(turn_id, None)
-            if not self._dispatch(turn_id, marked=True):
-                return
+        return self.waker.dispatch(turn_id, marked=marked)
 
 
 def _wants_step(turn: AgentTurn) -> bool:
@@ -557,10 +455,3 @@ def _wants_step(turn: AgentTurn) -> bool:
     if st.status is AgentTurnStatus.RETRY_SCHEDULED:
         return st.cancel_requested
     return st.cancel_requested or may_step(st, 0.0)
-
-
-class _NoModel:
-    """Stands in for the model of an agent that could not be loaded (never called)."""
-
-    def generate(self, request: Any) -> Any:
-        raise AgentNotFoundError("unloadable")
