@@ -1,10 +1,20 @@
-"""Fleet benchmark: 2 Celery worker processes on one Redis broker.
+"""Fleet benchmark: Celery worker processes (solo pool) on one Redis broker and store.
+
+Measured side by side in one run (the machine's noise hits both sides alike):
 
 1. Raw Celery: no-op tasks per second through the same broker and workers.
 2. agentworker: steps per second of 10-tool turns (21 steps each) through those workers;
    printed as a ratio to (1). Target >= 0.7.
-3. Fan-in: a parent with 100 parallel children; the delay between the last child ending and
+3. Scaling: steps per second with 1, then 2 worker processes. Target >= 1.7x.
+4. Fan-in: a parent with 100 parallel children; the delay between the last child ending and
    the parent's next step starting. Target <= 50 ms.
+5. Worker RSS over many one-step turns (``--rss-turns``, 10,000 by default): the resident
+   set of each worker after a warm-up and at the end. Target: flat within +-10 %.
+6. Per step: Redis commands sent by clients to the store and to the broker (MONITOR; the
+   store and the broker are separate servers here), against one no-op task. The producer's
+   starts and the benchmark's polling count too.
+
+Throughput figures are the best of ``--rounds`` alternating measurements.
 """
 
 from __future__ import annotations
@@ -12,8 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -37,11 +49,10 @@ def raw_celery(app: object, broker: redis.Redis, n: int, queue: str) -> float:
         app.send_task("agentworker.ping", queue=queue)  # type: ignore[attr-defined]
     while not drained(broker, queue):
         time.sleep(0.005)
-
     return n / (time.perf_counter() - started)
 
 
-def wait_done(runner: AgentRunner, ids: list[str], timeout: float = 300) -> None:
+def wait_done(runner: AgentRunner, ids: list[str], timeout: float = 600) -> None:
     """Until every turn has ended."""
     # one light read at a time: the benchmark must not steal the workers' CPU
     pending = list(ids)
@@ -76,18 +87,100 @@ def fan_in_delay(runner: AgentRunner, client: redis.Redis) -> float:
     return after[0] - last_child
 
 
+def rss_kib(pid: int) -> int:
+    """Resident set size of a process, in KiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def worker_rss(runner: AgentRunner, pids: list[int], turns: int) -> list[tuple[int, int]]:
+    """Each worker's RSS after a warm-up of ``turns // 10`` one-step turns and at the end."""
+    warm = max(1, turns // 10)
+    batch = 500
+    done = 0
+    baseline: list[int] = []
+    while done < turns:
+        n = min(batch, turns - done)
+        ids = [runner.start("bench-leaf", "go").id for _ in range(n)]
+        wait_done(runner, ids)
+        done += n
+        if not baseline and done >= warm:
+            baseline = [rss_kib(p) for p in pids]
+    return list(zip(baseline, [rss_kib(p) for p in pids], strict=True))
+
+
+class Monitor:
+    """Counts the commands clients send to one server (MONITOR; Lua's own calls left out)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Monitor:
+        self._ready = threading.Event()
+        self._thread.start()
+        self._ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.2)
+        self._stop.set()
+        self.client.ping()  # wakes the monitor to see the flag
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        with self.client.monitor() as m:
+            self._ready.set()
+            for command in m.listen():
+                if self._stop.is_set():
+                    return
+                if command.get("client_type") != "lua":
+                    self.count += 1
+
+
+def per_unit(
+    servers: dict[str, redis.Redis], units: int, work: Callable[[], object]
+) -> dict[str, float]:
+    """Client commands per unit of ``work`` on each server."""
+    monitors = {name: Monitor(c) for name, c in servers.items()}
+    for m in monitors.values():
+        m.__enter__()
+    try:
+        work()
+    finally:
+        for m in monitors.values():
+            m.__exit__()
+    return {name: m.count / units for name, m in monitors.items()}
+
+
+def best_of(rounds: int, *measures: Callable[[], float]) -> list[float]:
+    """Alternate the measures ``rounds`` times; the best figure of each."""
+    best = [0.0] * len(measures)
+    for _ in range(rounds):
+        for i, measure in enumerate(measures):
+            best[i] = max(best[i], measure())
+    return best
+
+
 def main() -> None:
-    """Start Redis and two workers, measure, print, stop everything."""
+    """Start Redis and workers, measure, print, stop everything."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--turns", type=int, default=150)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rss-turns", type=int, default=10_000)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="agentworker-bench-"))
-    server = RedisServer(workdir / "redis", appendonly=True, fsync="everysec").start()
+    store = RedisServer(workdir / "redis", appendonly=True, fsync="everysec").start()
+    broker_server = RedisServer(workdir / "broker", appendonly=False).start()
     env = {
-        "AGENTWORKER_REDIS_URL": server.url,
-        "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{server.port}/1",
+        "AGENTWORKER_REDIS_URL": store.url,
+        "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{broker_server.port}/1",
         "AGENTWORKER_NAMESPACE": "bench-" + uuid.uuid4().hex[:6],
         "AGENTWORKER_AGENT_LOADER": "benchmarks.fleet_agents:loader",
         "AGENTWORKER_LEASE_SECONDS": "10",
@@ -95,29 +188,62 @@ def main() -> None:
     os.environ.update(env)
     fleet = Fleet(env, workdir / "logs")
     try:
-        for i in range(args.workers):
-            fleet.start_worker(f"bench{i + 1}")
-        fleet.wait_ready()
         settings = Settings()
         app = create_app(settings)
         runner = make_runner(settings, app)
-        broker = redis.Redis(port=server.port, db=1)
-        raw_celery(app, broker, 200, settings.step_queue)  # warm up
+        broker = redis.Redis(port=broker_server.port, db=1)
+        queue = settings.step_queue
+
+        def noop() -> float:
+            return raw_celery(app, broker, args.tasks, queue)
+
+        def steps() -> float:
+            return agent_steps(runner, args.turns)
+
+        # 1 worker: steps/s for the scaling figure
+        fleet.start_worker("bench1")
+        fleet.wait_ready()
+        raw_celery(app, broker, 200, queue)  # warm up
         agent_steps(runner, 5)
-        noop = raw_celery(app, broker, args.tasks, settings.step_queue)
-        steps = agent_steps(runner, args.turns)
-        delay = fan_in_delay(runner, server.client())
-        print(f"{args.workers} worker processes (solo pool), Redis broker and store on loopback")
-        print(f"  raw Celery no-op tasks:    {noop:8.0f} tasks/s")
-        print(f"  agentworker steps:         {steps:8.0f} steps/s  ({args.turns} 10-tool turns)")
-        print(f"  ratio steps / no-op tasks: {steps / noop:8.2f}   (target >= 0.7)")
+        (steps_1,) = best_of(args.rounds, steps)
+        for i in range(1, args.workers):
+            fleet.start_worker(f"bench{i + 1}")
+        fleet.wait_ready()
+        agent_steps(runner, 5)
+        noop_n, steps_n = best_of(args.rounds, noop, steps)
+        delay = fan_in_delay(runner, store.client())
+        servers = {"store": store.client(), "broker": broker_server.client()}
+        per_step = per_unit(servers, 21 * 20, lambda: agent_steps(runner, 20))
+        per_task = per_unit(servers, 1000, lambda: raw_celery(app, broker, 1000, queue))
+        pids = [p.pid for p in fleet.workers.values()]
+        rss = worker_rss(runner, pids, args.rss_turns)
+        n = args.workers
+        print(f"{n} worker processes (solo pool), Redis broker and store on loopback")
+        print(f"  raw Celery no-op tasks:    {noop_n:8.0f} tasks/s")
+        print(f"  agentworker steps:         {steps_n:8.0f} steps/s  ({args.turns} 10-tool turns)")
+        print(f"  ratio steps / no-op tasks: {steps_n / noop_n:8.2f}   (target >= 0.7)")
+        print(
+            f"  scaling 1 -> {n} workers:    {steps_1:8.0f} -> {steps_n:.0f} steps/s "
+            f"= x{steps_n / steps_1:.2f}   (target >= x1.7 for 2)"
+        )
         print(
             f"  fan-in: last of 100 children -> parent's next step: {delay * 1000:.1f} ms "
             "(target <= 50 ms)"
         )
+        print(
+            f"  client commands per step: store {per_step['store']:.1f}, "
+            f"broker {per_step['broker']:.1f}  (a no-op task: broker {per_task['broker']:.1f})"
+        )
+        for name, (warm, end) in zip(fleet.workers, rss, strict=True):
+            print(
+                f"  {name} RSS over {args.rss_turns} one-step turns: {warm / 1024:.1f} MiB "
+                f"after {args.rss_turns // 10} -> {end / 1024:.1f} MiB at the end "
+                f"({(end - warm) / warm:+.1%}, target within +-10 %)"
+            )
     finally:
         fleet.stop()
-        server.stop()
+        store.stop()
+        broker_server.stop()
 
 
 if __name__ == "__main__":
