@@ -77,8 +77,8 @@ def sweep_once(runner: AgentRunner, lost_after: float, limit: int = 1000) -> Swe
     """
     store = runner.store
     now = store.now()
-    due = store.due_turn_ids(now, limit)
-    lost = store.stale_turn_ids(now, lost_after, limit)
+    found = store.wakeups(now, lost_after, limit)
+    due, lost = found.due, found.lost
     # each wake-up sent is marked queued: the next sweeps leave the turn alone until it has
     # been claimed, or until the mark runs out (the message really was lost)
     runner.wake(list(dict.fromkeys([*due, *lost])))

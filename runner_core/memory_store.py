@@ -27,6 +27,7 @@ from runner_core.store import (
     LeaseRef,
     SaveResult,
     TurnControl,
+    Wakeups,
     is_claimable,
     waiting_child_ids,
 )
@@ -154,6 +155,10 @@ class InMemoryAgentTurnStore:
         """Turns runnable for ``older_than`` seconds that nobody serves."""
         with self._lock:
             return self._scan(now - older_than, limit, retries_only=False)
+
+    def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
+        """Due retries and lost wake-ups (a scan of live turns: the embedded store)."""
+        return Wakeups(self.due_turn_ids(now, limit), self.stale_turn_ids(now, lost_after, limit))
 
     def _scan(self, bound: float, limit: int, *, retries_only: bool) -> list[str]:
         found: list[tuple[float, str]] = []

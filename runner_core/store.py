@@ -57,6 +57,14 @@ class SaveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Wakeups:
+    """What a sweep should wake: due retries and runnable turns whose wake-up was lost."""
+
+    due: list[str]
+    lost: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class CancelResult:
     """What ``request_cancellation`` did; true when it set the flag."""
 
@@ -183,6 +191,14 @@ class AgentTurnStore(Protocol):
 
     def unmark_queued(self, turn_id: str) -> None:
         """The wake-up for this turn was not sent after all (the broker refused it)."""
+        ...
+
+    def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
+        """The sweeper's query (``due_turn_ids`` and ``stale_turn_ids`` at once).
+
+        Costs what is due, not what is live: stores index the time each turn next needs
+        attention.
+        """
         ...
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:

@@ -55,16 +55,24 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:partitions``                  zset     tag -> last root creation (unix time): tags that may
                                             hold live turns; scans of runnable turns walk these
 ``ns:retained``                    zset     tag -> last root creation: tags with any stored turn
+``ns:due:{dK}``                     zset     the due index, 16 shards (K = crc32(tag) % 16): tag ->
+                                            the earliest score of its runnable partition, at most
+                                            (lowered by every write after its script, raised by
+                                            the sweeper once it has looked): sweeps visit only
+                                            the tags whose score has come
 ================================  =======  =====================================================
 
-The three global keys are never passed to a script together with tagged keys.
+The global keys are never passed to a script together with tagged keys.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 
 _MAX_TAG = 100
+#: Shards of the due index, each in its own hash slot (spread over a Redis Cluster).
+DUE_SHARDS = 16
 
 
 class Keyspace:
@@ -76,6 +84,7 @@ class Keyspace:
         self.namespace = namespace
         self.partitions = f"{namespace}:partitions"
         self.retained = f"{namespace}:retained"
+        self.due_shards = [f"{namespace}:due:{{d{k}}}" for k in range(DUE_SHARDS)]
 
     # -- tags -------------------------------------------------------------------------
     @staticmethod
@@ -114,6 +123,11 @@ class Keyspace:
     def events_end(self, tag: str, root_turn_id: str) -> str:
         """The stream id of the root's terminal event, once the tree has ended."""
         return self.events(tag, root_turn_id) + ":end"
+
+    # -- the due index ------------------------------------------------------------------
+    def due_shard(self, tag: str) -> str:
+        """The shard of the due index that holds ``tag`` (its own hash slot)."""
+        return self.due_shards[zlib.crc32(tag.encode()) % DUE_SHARDS]
 
     # -- per tag ----------------------------------------------------------------------
     def runnable(self, tag: str) -> str:

@@ -45,18 +45,68 @@ class Scanner:
     def runnable(
         self, bound: float, per_tag: int, server_clock: bool, most: int
     ) -> list[Candidate]:
-        """Up to ``most`` entries of the runnable index with score <= bound, oldest first."""
-        found: list[Candidate] = []
-        due = self.scripts["due"]
-        args = [repr(float(bound)), str(per_tag), "1" if server_clock else "0"]
-        for batch in _chunks(self.tags(self.keys.partitions)):
-            calls = [(due, [self.keys.runnable(tag)], args) for tag in batch]
-            for tag, reply in zip(batch, self.scripts.pipelined(calls), strict=True):
-                found.extend(
-                    (float(reply[i + 1]), tag, text(reply[i])) for i in range(0, len(reply), 2)
-                )
-            found = heapq.nsmallest(most, found)
+        """Up to ``most`` entries of the runnable index with score <= bound, oldest first.
+
+        Only the tags the due index says may hold such entries are asked.
+        """
+        if server_clock:
+            seconds, micros = self.redis.time()
+            bound = max(bound, int(seconds) + int(micros) / 1e6)
+        tags = [tag for _, tag, _ in self.due_tags(bound, most)]
+        visited = self.visit(tags, bound, per_tag)
+        found = [c for _, entries in visited.values() for c in entries]
+        return heapq.nsmallest(most, found)
+
+    def due_tags(self, bound: float, most: int) -> list[tuple[str, str, float]]:
+        """(shard, tag, score) of the tags whose due-index score is <= bound."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in self.keys.due_shards:
+            pipe.zrangebyscore(shard, "-inf", repr(float(bound)), 0, most, withscores=True)
+        found: list[tuple[str, str, float]] = []
+        for shard, entries in zip(self.keys.due_shards, pipe.execute(), strict=True):
+            found.extend((shard, text(tag), float(score)) for tag, score in entries)
         return found
+
+    def visit(
+        self, tags: Sequence[str], bound: float, per_tag: int
+    ) -> dict[str, tuple[str, list[Candidate]]]:
+        """Per tag: its earliest runnable score ('' if none) and its entries <= bound."""
+        visit = self.scripts["visit"]
+        args = [repr(float(bound)), str(per_tag)]
+        out: dict[str, tuple[str, list[Candidate]]] = {}
+        for batch in _chunks(tags):
+            calls = [(visit, [self.keys.runnable(tag)], args) for tag in batch]
+            for tag, reply in zip(batch, self.scripts.pipelined(calls), strict=True):
+                entries = [
+                    (float(reply[i + 1]), tag, text(reply[i])) for i in range(1, len(reply), 2)
+                ]
+                out[tag] = (text(reply[0]), entries)
+        return out
+
+    def settle(self, scores: Sequence[tuple[str, str, str, str]]) -> None:
+        """Compare-and-set due-index scores: (shard, tag, score seen, new score or '')."""
+        by_shard: dict[str, list[str]] = {}
+        for shard, tag, seen, new in scores:
+            by_shard.setdefault(shard, []).extend([tag, seen, new])
+        calls = [(self.scripts["zcas"], [shard], args) for shard, args in by_shard.items()]
+        for batch in _chunks(calls, 50):
+            self.scripts.pipelined(batch)
+
+    def backfill(self) -> int:
+        """Put every tag with runnable entries into the due index (older data, a safety net)."""
+        tags = self.tags(self.keys.partitions)
+        visited = self.visit(tags, float("-inf"), 0)
+        touches = [
+            ("ZADD", self.keys.due_shard(tag), "LT", earliest, tag)
+            for tag, (earliest, _) in visited.items()
+            if earliest
+        ]
+        for batch in _chunks(touches, 500):
+            pipe = self.redis.pipeline(transaction=False)
+            for command in batch:
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            pipe.execute()
+        return len(touches)
 
     def statuses(self, candidates: Sequence[Candidate]) -> list[tuple[str, str]]:
         """(status, cancel flag) of each candidate, '' for a vanished one."""
@@ -183,5 +233,18 @@ class Scanner:
                     for n, (tag, score) in enumerate(batch)
                     if not any(counts[n * width : (n + 1) * width])
                 ]
-                removed += sum(int(r) for r in self.scripts.pipelined(calls))
+                replies = self.scripts.pipelined(calls)
+                removed += sum(int(r) for r in replies)
+                if key == self.keys.partitions:  # nothing live: nothing the sweeper needs
+                    gone = [c[2][0] for c, r in zip(calls, replies, strict=True) if int(r)]
+                    self._forget_due(gone)
         return removed
+
+    def _forget_due(self, tags: Sequence[Any]) -> None:
+        """Drop tags from the due index (a write racing this is caught by the backfill)."""
+        if not tags:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for tag in tags:
+            pipe.zrem(self.keys.due_shard(str(tag)), str(tag))
+        pipe.execute()

@@ -44,7 +44,7 @@ _WITH_LIB = (
     "load",
     "expire",
 )
-_PLAIN = ("due", "repair", "zrem_if", "memory_add", "quarantine")
+_PLAIN = ("visit", "zcas", "repair", "zrem_if", "memory_add", "quarantine")
 
 Call = tuple[Script, Sequence[str], Sequence[Arg]]
 
@@ -88,28 +88,41 @@ class Scripts:
         """EVALSHA one script (SCRIPT LOAD and retry on NOSCRIPT)."""
         return self.by_name[name](keys=keys, args=args)
 
-    def pipelined(self, calls: Sequence[Call], before: Sequence[Sequence[Arg]] = ()) -> list[Any]:
-        """Plain commands, then script calls, in one round trip; replies of all, in order.
+    def pipelined(
+        self,
+        calls: Sequence[Call],
+        before: Sequence[Sequence[Arg]] = (),
+        after: Sequence[Sequence[Arg]] = (),
+    ) -> list[Any]:
+        """Plain commands, script calls, plain commands, in one round trip; every reply.
 
-        On NOSCRIPT (an empty script cache after a restart) the scripts are loaded and only
-        the script calls are sent again: the plain commands ran once, their replies stand.
+        On NOSCRIPT (an empty script cache after a restart) the scripts are loaded and the
+        script calls are sent again with what follows them: the commands before ran once.
         """
-        replies = self._send(calls, before)
-        if any(isinstance(r, NoScriptError) for r in replies[len(before) :]):
+        replies = self._send(calls, before, after)
+        scripted = replies[len(before) : len(before) + len(calls)]
+        if any(isinstance(r, NoScriptError) for r in scripted):
             for script, _, _ in calls:
                 script.sha = self.redis.script_load(script.script)
-            replies = replies[: len(before)] + self._send(calls, ())
+            replies = replies[: len(before)] + self._send(calls, (), after)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return replies
 
-    def _send(self, calls: Sequence[Call], before: Sequence[Sequence[Arg]]) -> list[Any]:
+    def _send(
+        self,
+        calls: Sequence[Call],
+        before: Sequence[Sequence[Arg]],
+        after: Sequence[Sequence[Arg]] = (),
+    ) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
         for command in before:
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]
         for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
+        for command in after:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
         replies: list[Any] = pipe.execute(raise_on_error=False)
         return replies
 

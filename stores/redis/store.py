@@ -34,7 +34,7 @@ from runner_core.events import AgentEvent, event_from_dict, event_json
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import CancelResult, Commit, LeaseRef, SaveResult, TurnControl
+from runner_core.store import CancelResult, Commit, LeaseRef, SaveResult, TurnControl, Wakeups
 from stores.redis import writes
 from stores.redis.cache import Known, TurnCache
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
@@ -83,6 +83,11 @@ class RedisAgentTurnStore:
         self.stream_maxlen = stream_maxlen
         #: ... and lives this many seconds after its root's terminal event.
         self.stream_ttl = stream_ttl
+        #: The sweeper puts a tag out of reach this long while it reads it (seconds).
+        self.visit_horizon = 30.0
+        #: How often (seconds) a sweep puts every tag in the due index again.
+        self.backfill_seconds = 600.0
+        self._backfilled = -1e18
         #: How long a queued wake-up is trusted before the sweeper sends another (seconds):
         #: longer than any backlog should last, short enough to recover a lost message.
         self.requeue_after = requeue_after
@@ -191,7 +196,7 @@ class RedisAgentTurnStore:
                 self.keys.header(tag, child.parent_turn_id),
             ]
             result = ChildResult.of(child).model_dump_json()
-            reply = self.scripts.run("report", keys, [child_turn_id, result])
+            reply = self._run_touching("report", keys, [child_turn_id, result], tag)
         return answered(reply) and text(reply[1]) == "1"
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
@@ -244,7 +249,7 @@ class RedisAgentTurnStore:
             args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
             maxlen = str(self.stream_maxlen) if self.records_events else "0"
             args += [maxlen, *(event_json(e) for e in events)]
-            reply = self.scripts.run("cancel", keys, args)
+            reply = self._run_touching("cancel", keys, args, tag)
         if not answered(reply):
             return CancelResult(False)
         first = text(reply[1])
@@ -292,8 +297,9 @@ class RedisAgentTurnStore:
         """Drop the lease of this owner and lease id (no version change)."""
         with self.guard:
             tag = self.tag_of(turn_id)
-            args = [turn_id, worker_id, lease_id, self.request_id()]
-            return answered(self.scripts.run("release", self._lease_keys(tag, turn_id), args))
+            args: list[Arg] = [turn_id, worker_id, lease_id, self.request_id()]
+            keys = self._lease_keys(tag, turn_id)
+            return answered(self._run_touching("release", keys, args, tag))
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first ([] for an unknown turn)."""
@@ -353,6 +359,7 @@ class RedisAgentTurnStore:
 
     def _queue(self, turn_ids: Sequence[str], seconds: str) -> None:
         calls = []
+        touches = []
         with self.guard:
             for turn_id in turn_ids:
                 try:
@@ -361,29 +368,68 @@ class RedisAgentTurnStore:
                     continue
                 keys = [self.keys.runnable(tag), self.keys.header(tag, turn_id)]
                 calls.append((self.scripts["queue"], keys, [turn_id, seconds]))
+                if not seconds:  # unmarked: runnable from now on
+                    touches.append(self.touch(tag, self.now()))
             if calls:
-                self.scripts.pipelined(calls)
+                self.scripts.pipelined(calls, (), touches)
+
+    def touch(self, tag: str, score: float) -> tuple[str, ...]:
+        """The command lowering ``tag``'s due-index score; sent right after the script."""
+        return ("ZADD", self.keys.due_shard(tag), "LT", repr(float(score)), tag)
+
+    def _run_touching(self, name: str, keys: list[str], args: list[Arg], tag: str) -> Any:
+        """One script call followed by a due-index touch at now, in one round trip."""
+        call = (self.scripts[name], keys, args)
+        return self.scripts.pipelined([call], (), [self.touch(tag, self.now())])[0]
 
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
-        """Scheduled retries whose ``next_runnable_at`` has come (nothing else wakes them)."""
+        """Scheduled retries whose time has come and no queued wake-up covers (read-only)."""
         with self.guard:
             candidates = self.scanner.runnable(now, max(limit, 100), False, 4 * limit)
-            states = self.scanner.statuses(candidates)
-        return [
-            turn_id
-            for (_, _, turn_id), (st, cx) in zip(candidates, states, strict=True)
-            if st == AgentTurnStatus.RETRY_SCHEDULED.value and cx != "1"
-        ][:limit]
+            return self._retries(candidates)[:limit]
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
         """Turns runnable for ``older_than`` seconds that nobody serves (see the protocol).
 
         A turn with a queued wake-up scores the end of its mark in the runnable index, a
-        leased one its lease expiry: both stay out until then.
+        leased one its lease expiry: both stay out until then. Read-only.
         """
         with self.guard:
             return [c[2] for c in self.scanner.runnable(now - older_than, limit, False, limit)]
+
+    def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
+        """The sweeper's query: due retries and lost wake-ups, at the cost of what is due.
+
+        Visits only the tags whose due-index score has come; each visited tag's score is
+        then raised to its earliest runnable entry (compare-and-set, after putting it out
+        of reach for ``visit_horizon`` seconds while it is read, so a write meanwhile
+        always wins). Every ``backfill_seconds`` all tags are put in the index again.
+        """
+        with self.guard:
+            if time.monotonic() - self._backfilled > self.backfill_seconds:
+                self.scanner.backfill()
+                self._backfilled = time.monotonic()
+            due_tags = self.scanner.due_tags(now, limit)
+            hold = repr(float(now + self.visit_horizon))
+            self.scanner.settle([(sh, tag, repr(sc), hold) for sh, tag, sc in due_tags])
+            visited = self.scanner.visit([tag for _, tag, _ in due_tags], now, limit)
+            self.scanner.settle(
+                [(sh, tag, hold, visited[tag][0]) for sh, tag, _ in due_tags if tag in visited]
+            )
+            found = sorted(c for _, entries in visited.values() for c in entries)
+            due = self._retries(found)
+        bound = now - lost_after
+        stale = [turn_id for score, _, turn_id in found if score <= bound]
+        return Wakeups(due[:limit], stale[:limit])
+
+    def _retries(self, candidates: Sequence[tuple[float, str, str]]) -> list[str]:
+        states = self.scanner.statuses(candidates)
+        return [
+            turn_id
+            for (_, _, turn_id), (st, cx) in zip(candidates, states, strict=True)
+            if st == AgentTurnStatus.RETRY_SCHEDULED.value and cx != "1"
+        ]
 
     def list_turns(
         self,
@@ -463,7 +509,9 @@ class RedisAgentTurnStore:
         keys = [k.header(tag, turn_id), k.messages(tag, turn_id), k.runnable(tag), k.leases(tag)]
         args = [turn_id, worker_id, lease_id, repr(float(now)), repr(until), str(len(have))]
         try:
-            data = loaded(self.scripts.run("claim", keys, args))
+            touch = [self.touch(tag, until)]  # a dead worker's turn is due at lease expiry
+            reply = self.scripts.pipelined([(self.scripts["claim"], keys, args)], (), touch)[0]
+            data = loaded(reply)
             if data is None:
                 return None
             return self._snapshot(turn_id, tag, data, have)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from runner_core.errors import HistoryRewrittenError, TurnNotFoundError
 from runner_core.events import TERMINAL_EVENTS, event_json
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult
+from runner_core.status import AgentTurnStatus as S
 from runner_core.store import Commit, SaveResult
 from stores.redis.cache import Known
 from stores.redis.codec import Arg, turn_block
@@ -91,12 +92,42 @@ def _call(store: RedisAgentTurnStore, tag: str, c: Commit, stored: int) -> objec
             ("ZADD", k.retained, stamp, tag),
             *before,
         ]
-    if not before:
+    score = attention(store, c)
+    after = [] if score is None else [store.touch(tag, score)]
+    if not before and not after:
         return store.scripts.run("commit", keys, args)
-    replies = store.scripts.pipelined([(store.scripts["commit"], keys, args)], before)
-    if code_of(replies[-1]) not in ("OK", "MISMATCH"):
-        _drop_index_entries(store, c, replies)
-    return replies[-1]
+    replies = store.scripts.pipelined([(store.scripts["commit"], keys, args)], before, after)
+    reply = replies[len(before)]
+    if code_of(reply) not in ("OK", "MISMATCH"):
+        _drop_index_entries(store, c, replies[: len(before) + 1])
+    return reply
+
+
+def attention(store: RedisAgentTurnStore, c: Commit) -> float | None:
+    """The earliest time this commit may make the sweeper's attention due in its tag.
+
+    A lower bound of the runnable scores the commit writes (the due index only ever needs
+    one that is not later): a queued wake-up's mark, a retry's due time, or now. None when
+    nothing the commit writes can need the sweeper (a lease holder's commit in mid-step,
+    a blocked or ended turn that wakes no parent).
+    """
+    s = c.snapshot
+    if c.lease is not None and not c.release:
+        return None  # still leased: the claim put its expiry in the index
+    now = store.now()
+    woken = now + store.requeue_after - 1.0 if c.wake else now
+    scores: list[float] = []
+    status = s.status
+    if status.is_terminal:
+        if s.parent_turn_id is not None:
+            scores.append(woken)  # it may wake its parent
+    elif s.cancel_requested or status in (S.READY, S.RUNNING):
+        scores.append(woken)
+    elif status is S.RETRY_SCHEDULED:
+        scores.append(s.next_runnable_at if s.next_runnable_at is not None else now)
+    if c.children:
+        scores.append(woken)
+    return min(scores) if scores else None
 
 
 def _drop_index_entries(store: RedisAgentTurnStore, c: Commit, replies: list[object]) -> None:

@@ -82,6 +82,7 @@ def _exercise_the_rest(store: RedisAgentTurnStore) -> None:
     assert store.quarantine(kid.id, "a test") and not store.quarantine(kid.id, "again")
     store.due_turn_ids(now)
     store.stale_turn_ids(now, 0)
+    store.wakeups(store.now() + 3600, 0)
     assert store.list_turns(limit=1000)
     assert store.expire_terminal(0) > 0
     store.prune_partitions(0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from agentworker.stepping import step_once, sweep_once
 from runner_core import (
@@ -172,3 +173,58 @@ def test_a_dead_workers_turn_is_sent_again_after_its_lease(
     time.sleep(0.15)
     assert sweep_once(runner, lost_after=0.0).lost == 1
     assert broker.queue == [turn.id]
+
+
+def test_a_sweep_sees_what_is_due_among_many_blocked_turns(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    from tests.contract.helpers import snap
+
+    store = make_store()
+    now = store.now()
+    for _ in range(300):
+        store.save(snap(status=S.WAITING_FOR_APPROVAL), -1)
+    retry = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now - 1)
+    lost = snap()
+    future = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now + 3600)
+    for s in (retry, lost, future):
+        store.save(s, -1)
+
+    found = store.wakeups(store.now() + 0.01, lost_after=0.0)
+
+    assert found.due == [retry.id]
+    assert set(found.lost) == {retry.id, lost.id}
+    later = store.wakeups(store.now() + 7200, lost_after=0.0)
+    assert future.id in later.due  # a sweep after a visit still sees what comes due later
+
+
+def test_a_sweeps_cost_follows_what_is_due_not_what_is_live(redis_store: Any) -> None:
+    from tests.contract.helpers import snap
+
+    store = redis_store
+
+    def sweep_cost(blocked: int) -> int:
+        for _ in range(blocked):
+            store.save(snap(status=S.WAITING_FOR_APPROVAL), -1)
+        due = [snap(status=S.RETRY_SCHEDULED, next_runnable_at=store.now() - 1) for _ in range(5)]
+        for s in due:
+            store.save(s, -1)
+        store.wakeups(store.now(), 10.0)  # a process's first sweep also backfills
+        before = _commands(store)
+        found = store.wakeups(store.now() - 0.5, 10.0)
+        assert sorted(found.due) == sorted(s.id for s in due)
+        store.mark_queued(found.due)  # (as the sweeper does once it sent them)
+        return _commands(store) - before
+
+    few = sweep_cost(20)
+    many = sweep_cost(2000)
+
+    # the same few commands whether 20 or 2,020 blocked trees are stored (before: one
+    # script call per tree and sweep)
+    assert many <= few + 5, (few, many)
+    assert many < 150, many
+
+
+def _commands(store: Any) -> int:
+    stats = store.redis.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
