@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from runner_core import (
@@ -69,11 +70,22 @@ class SweepReport:
     repaired: int
 
 
-def sweep_once(runner: AgentRunner, lost_after: float, limit: int = 1000) -> SweepReport:
+REPAIR_SECONDS = 600.0
+"""How often a process's sweeps also run the repair scan (it reads every live tree)."""
+
+_repaired_at: dict[int, float] = {}
+
+
+def sweep_once(
+    runner: AgentRunner, lost_after: float, limit: int = 1000, *, repair: bool | None = None
+) -> SweepReport:
     """Wake what should run: due retries, lost wake-ups, dead workers' turns, parents.
 
     Safe to run twice: a wake-up is only a hint, the lease decides who steps; a wake-up
     already queued is known (its mark) and not sent again, so a backlog never multiplies.
+    The repair scan (children's results that never reached their parent: records older
+    than the atomic fan-in) costs what is live, so it runs every ``REPAIR_SECONDS`` per
+    runner, or when ``repair`` says so.
     """
     store = runner.store
     now = store.now()
@@ -82,5 +94,11 @@ def sweep_once(runner: AgentRunner, lost_after: float, limit: int = 1000) -> Swe
     # each wake-up sent is marked queued: the next sweeps leave the turn alone until it has
     # been claimed, or until the mark runs out (the message really was lost)
     runner.wake(list(dict.fromkeys([*due, *lost])))
-    repaired = runner.repair(limit)
+    if repair is None:
+        last = _repaired_at.get(id(runner), -1e18)
+        repair = time.monotonic() - last >= REPAIR_SECONDS
+    repaired = 0
+    if repair:
+        _repaired_at[id(runner)] = time.monotonic()
+        repaired = runner.repair(limit)
     return SweepReport(len(due), len(lost), repaired)
