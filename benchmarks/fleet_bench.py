@@ -13,6 +13,8 @@ Measured side by side in one run (the machine's noise hits both sides alike):
 6. Per step: Redis commands sent by clients to the store and to the broker (MONITOR; the
    store and the broker are separate servers here), against one no-op task. The producer's
    starts and the benchmark's polling count too.
+7. The ratio of (1) and (2) again with a RabbitMQ broker (a private node), when
+   rabbitmq-server is installed (``--no-rabbitmq`` skips it).
 
 Throughput figures are the best of ``--rounds`` alternating measurements.
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -29,11 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+from kombu import Connection
 
 from agentworker.celery_app import create_app
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
-from examples.local import Fleet, RedisServer
+from examples.local import Fleet, RedisServer, free_port, stop_process
 from runner_core import AgentRunner
 
 
@@ -42,12 +47,13 @@ def drained(broker: redis.Redis, queue: str) -> bool:
     return broker.llen(queue) == 0 and broker.hlen("unacked") == 0
 
 
-def raw_celery(app: object, broker: redis.Redis, n: int, queue: str) -> float:
-    """No-op tasks per second."""
+def raw_celery(app: object, broker: redis.Redis | Callable[[], bool], n: int, queue: str) -> float:
+    """No-op tasks per second (``broker``: the Redis broker, or a "drained?" callable)."""
+    is_drained = broker if callable(broker) else lambda: drained(broker, queue)
     started = time.perf_counter()
     for _ in range(n):
         app.send_task("agentworker.ping", queue=queue)  # type: ignore[attr-defined]
-    while not drained(broker, queue):
+    while not is_drained():
         time.sleep(0.005)
     return n / (time.perf_counter() - started)
 
@@ -166,6 +172,113 @@ def best_of(rounds: int, *measures: Callable[[], float]) -> list[float]:
     return best
 
 
+RABBITMQ = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+
+class RabbitMQServer:
+    """A private RabbitMQ node on free loopback ports (its own epmd port and data dir)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The AMQP URL (guest may log in over loopback)."""
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def start(self, timeout: float = 60.0) -> RabbitMQServer:
+        """Start the node and wait until it accepts AMQP connections."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "enabled_plugins").write_text("[].")
+        env = {
+            **os.environ,
+            "RABBITMQ_NODENAME": f"agentworker-bench-{self.port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "RABBITMQ_MNESIA_BASE": str(self.directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.directory / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.directory / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.directory / "none"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.directory / "none-advanced.config"),
+            "RABBITMQ_PID_FILE": str(self.directory / "pid"),
+        }
+        log = (self.directory / "server.log").open("ab")
+        self.process = subprocess.Popen([RABBITMQ], env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with Connection(self.url, connect_timeout=1) as conn:
+                    conn.connect()
+                    return self
+            except Exception:  # noqa: BLE001 - not up yet
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"rabbitmq-server did not start, see {log.name}")
+
+    def stop(self) -> None:
+        """Stop the node, then the epmd it started on its own port."""
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+        epmd = shutil.which("epmd")
+        if epmd:
+            subprocess.run(
+                [epmd, "-port", str(self.epmd_port), "-kill"],
+                capture_output=True,
+                check=False,
+                timeout=10,
+            )
+
+
+def rabbitmq_ratio(args: argparse.Namespace, workdir: Path) -> str:
+    """Raw no-op tasks/s and steps/s with a RabbitMQ broker (same store, same workers)."""
+    if not Path(RABBITMQ).exists():
+        return "  RabbitMQ broker: skipped (rabbitmq-server is not installed)"
+    rabbit = RabbitMQServer(workdir / "rabbitmq").start()
+    env = {**os.environ, "AGENTWORKER_BROKER_URL": rabbit.url}
+    env = {k: v for k, v in env.items() if k.startswith("AGENTWORKER_")}
+    os.environ.update(env)
+    fleet = Fleet(env, workdir / "logs-rabbitmq")
+    try:
+        settings = Settings()
+        app = create_app(settings)
+        runner = make_runner(settings, app)
+        queue = settings.step_queue
+        conn = app.connection_for_write()
+        channel = conn.channel()
+
+        def is_drained() -> bool:
+            return int(channel.queue_declare(queue, passive=True).message_count) == 0
+
+        for i in range(args.workers):
+            # prefork (one child each): with the solo pool, Celery over py-amqp takes
+            # messages in bursts with 0.2-2 s stalls between them (~2 tasks/s)
+            fleet.start_worker(f"rabbit{i + 1}", pool="prefork")
+        fleet.wait_ready()
+        raw_celery(app, is_drained, 200, queue)  # warm up
+        agent_steps(runner, 5)
+        noop, steps = best_of(
+            args.rounds,
+            lambda: raw_celery(app, is_drained, args.tasks, queue),
+            lambda: agent_steps(runner, args.turns),
+        )
+        conn.release()
+        return (
+            f"  RabbitMQ broker, {args.workers} prefork workers of 1 process: "
+            f"raw {noop:.0f} tasks/s, steps {steps:.0f} steps/s, "
+            f"ratio {steps / noop:.2f}   (target >= 0.7)"
+        )
+    finally:
+        fleet.stop()
+        rabbit.stop()
+
+
 def main() -> None:
     """Start Redis and workers, measure, print, stop everything."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -174,6 +287,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rss-turns", type=int, default=10_000)
+    parser.add_argument("--no-rabbitmq", action="store_true", help="skip the RabbitMQ run")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="agentworker-bench-"))
     store = RedisServer(workdir / "redis", appendonly=True, fsync="everysec").start()
@@ -234,7 +348,11 @@ def main() -> None:
             f"  client commands per step: store {per_step['store']:.1f}, "
             f"broker {per_step['broker']:.1f}  (a no-op task: broker {per_task['broker']:.1f})"
         )
-        for name, (warm, end) in zip(fleet.workers, rss, strict=True):
+        workers = list(fleet.workers)
+        fleet.stop()
+        if not args.no_rabbitmq:
+            print(rabbitmq_ratio(args, workdir))
+        for name, (warm, end) in zip(workers, rss, strict=True):
             print(
                 f"  {name} RSS over {args.rss_turns} one-step turns: {warm / 1024:.1f} MiB "
                 f"after {args.rss_turns // 10} -> {end / 1024:.1f} MiB at the end "
