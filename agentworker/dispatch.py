@@ -1,7 +1,7 @@
 """The dispatcher: a Celery message per runnable turn, carrying its id and nothing else.
 
 A worker sends one wake-up per step, so this is on the hot path. ``app.send_task`` spends
-a third of its time on work a wake-up does not need (option merging, routing, a result
+a quarter of its time on work a wake-up does not need (option merging, routing, a result
 object, binding and copying the queue to declare it again); the dispatcher builds the
 message with Celery's own ``app.amqp.create_task_message`` and publishes it with
 ``app.amqp.send_task_message`` through a producer of the app's producer pool: the same
