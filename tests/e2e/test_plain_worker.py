@@ -53,11 +53,14 @@ def test_beat_without_a_sweep_consumer_leaves_at_most_one_sweep_waiting(
     fleet.start_beat()
     # When beat runs for 5 s (ten sweep intervals) with nobody on the sweep queue
     time.sleep(5.0)
-    # Then one sweep waits in the broker, not ten
+    beat_log = fleet.logs / "beat.log"
+    deadline = time.monotonic() + 15
+    while "still wait in" not in beat_log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)  # a slow start: beat has sent its first sweep and found it waiting
+    # Then one sweep waits in the broker, not ten, and beat says why it sends none
+    assert "still wait in agentworker.sweep" in beat_log.read_text()
     waiting = broker.llen(settings.sweep_queue)
     assert waiting <= 1, waiting
-    beat_log = (fleet.logs / "beat.log").read_text()
-    assert "still wait in agentworker.sweep" in beat_log
     # And once a worker consumes the sweep queue, sweeps run again and nothing piles up
     fleet.start_worker("sweeper", queues=settings.sweep_queue)
     fleet.wait_ready()
