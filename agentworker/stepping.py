@@ -88,6 +88,7 @@ def sweep_once(
     runner, or when ``repair`` says so.
     """
     store = runner.store
+    runner.waker.retry_unsent()  # wake-ups this process could not send while Redis was down
     now = store.now()
     found = store.wakeups(now, lost_after, limit)
     due, lost = found.due, found.lost

@@ -163,6 +163,17 @@ def make_event(
 
 def event_to_dict(event: AgentEvent) -> dict[str, Any]:
     """Every field of the event as JSON-ready values (enums as their values)."""
+    return _document(event, thaw(event.data))
+
+
+def event_json(event: AgentEvent) -> bytes:
+    """The event as compact JSON, UTF-8 (unknown values as their JSON form or text)."""
+    # read-only dicts and lists are dicts and lists to the encoder; other mappings copied
+    data = event.data if isinstance(event.data, dict) else thaw(event.data)
+    return to_json(_document(event, data), fallback=json_default)
+
+
+def _document(event: AgentEvent, data: Any) -> dict[str, Any]:
     return {
         "event_id": event.event_id,
         "type": event.type.value,
@@ -173,30 +184,10 @@ def event_to_dict(event: AgentEvent) -> dict[str, Any]:
         "agent_version": event.agent_version,
         "sequence": event.sequence,
         "occurred_at": event.occurred_at,
-        "data": thaw(event.data),
+        "data": data,
         "provisional": event.provisional,
         "attempt": event.attempt,
     }
-
-
-def event_json(event: AgentEvent) -> bytes:
-    """The event as compact JSON, UTF-8 (unknown values as their JSON form or text)."""
-    doc = {
-        "event_id": event.event_id,
-        "type": event.type.value,
-        "turn_id": event.turn_id,
-        "root_turn_id": event.root_turn_id,
-        "parent_turn_id": event.parent_turn_id,
-        "agent_id": event.agent_id,
-        "agent_version": event.agent_version,
-        "sequence": event.sequence,
-        "occurred_at": event.occurred_at,
-        # read-only dicts and lists are dicts and lists to the encoder; other mappings copied
-        "data": event.data if isinstance(event.data, dict) else thaw(event.data),
-        "provisional": event.provisional,
-        "attempt": event.attempt,
-    }
-    return to_json(doc, fallback=json_default)
 
 
 def event_from_dict(doc: Mapping[str, Any]) -> AgentEvent:

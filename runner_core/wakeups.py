@@ -44,6 +44,13 @@ class Waker:
                 log.warning("marking %d wake-ups queued failed", len(sent), exc_info=True)
         return len(sent)
 
+    def retry_unsent(self) -> int:
+        """Send the wake-ups kept after a failure (the sweeper calls this every sweep)."""
+        before = len(self._unsent)
+        if before:
+            self._send_unsent()
+        return before - len(self._unsent)
+
     def _send(self, turn_id: str, *, marked: bool) -> bool:
         dispatcher = self.dispatcher()
         if dispatcher is None:

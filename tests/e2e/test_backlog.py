@@ -17,6 +17,7 @@ from agentworker.celery_app import create_app
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
 from examples.local import Fleet, RedisServer
+from runner_core import AgentRunner
 
 TURNS = int(os.environ.get("BACKLOG_TURNS", "200"))
 
@@ -37,11 +38,7 @@ def run(
     broker = redis_server.client()
     broker.execute_command("SELECT", 1)
     try:
-        fleet.start_worker("w1")
-        fleet.start_beat()
-        fleet.wait_ready()
-        settings = Settings()
-        runner = make_runner(settings, create_app(settings))
+        runner, settings = worker_and_beat(fleet)
         before = _lpush_calls(redis_server)
         started = time.monotonic()
         ids = [runner.start("e2e-tools", f"go {i}").id for i in range(TURNS)]
@@ -56,6 +53,15 @@ def run(
         return took, sent / steps, left
     finally:
         fleet.stop()
+
+
+def worker_and_beat(fleet: Fleet) -> tuple[AgentRunner, Settings]:
+    """One solo worker and beat, ready; a producer on the same settings."""
+    fleet.start_worker("w1")
+    fleet.start_beat()
+    fleet.wait_ready()
+    settings = Settings()
+    return make_runner(settings, create_app(settings)), settings
 
 
 def _lpush_calls(server: RedisServer) -> int:
@@ -102,11 +108,7 @@ def test_a_redis_outage_mid_run_does_not_multiply_wake_ups(
         monkeypatch.setenv(key, value)
     fleet = Fleet(env, tmp_path / "logs")
     try:
-        fleet.start_worker("w1")
-        fleet.start_beat()
-        fleet.wait_ready()
-        settings = Settings()
-        runner = make_runner(settings, create_app(settings))
+        runner, _ = worker_and_beat(fleet)
         ids = [runner.start("e2e-tools", f"go {i}").id for i in range(100)]
         time.sleep(1.0)
         server.stop(kill=True)
