@@ -18,7 +18,7 @@ log = logging.getLogger("agentworker.tasks")
 def register(app: Celery) -> None:
     """Register the tasks on ``app``."""
 
-    @app.task(name="agentworker.step_turn", ignore_result=True)
+    @app.task(name="agentworker.step_turn", ignore_result=True, shared=False)
     def step_turn(turn_id: str) -> str:
         """One step of one turn (the message is only a wake-up)."""
         if not isinstance(turn_id, str) or not turn_id:
@@ -26,12 +26,12 @@ def register(app: Celery) -> None:
             return "bad-argument"
         return step_once(process_runner(app), turn_id, worker_id())
 
-    @app.task(name="agentworker.ping", ignore_result=True)
+    @app.task(name="agentworker.ping", ignore_result=True, shared=False)
     def ping() -> str:
         """Do nothing: a health check, and the raw-Celery baseline of ``make bench``."""
         return "pong"
 
-    @app.task(name="agentworker.sweep", ignore_result=True)
+    @app.task(name="agentworker.sweep", ignore_result=True, shared=False)
     def sweep() -> dict[str, Any]:
         """Wake what should be running; run by beat every ``sweep_interval``."""
         settings = Settings()

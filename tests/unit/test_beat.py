@@ -22,7 +22,6 @@ from examples.local import RedisServer, free_port
 pytestmark = [
     pytest.mark.redis,
     # Each create_app registers the tasks again as shared tasks; harmless here.
-    pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
 ]
 
 INTERVAL = 0.1  # the pending mark lives 5 intervals: 0.5 s

@@ -19,7 +19,6 @@ from examples.local import RedisServer, free_port
 
 pytestmark = [
     pytest.mark.redis,
-    pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning"),
 ]
 
 
