@@ -25,17 +25,16 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from redis import Redis
 
 from runner_core.errors import SnapshotCorruptedError, TurnNotFoundError
-from runner_core.events import AgentEvent, event_from_dict, event_json
+from runner_core.events import AgentEvent, event_json
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
 from runner_core.store import CancelResult, Commit, LeaseRef, SaveResult, TurnControl, Wakeups
-from stores.redis import writes
+from stores.redis import sweeps, writes
 from stores.redis.cache import Known, TurnCache
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
 from stores.redis.connection import Guard, connect
@@ -87,7 +86,7 @@ class RedisAgentTurnStore:
         self.visit_horizon = 30.0
         #: How often (seconds) a sweep puts every tag in the due index again.
         self.backfill_seconds = 600.0
-        self._backfilled = -1e18
+        self.backfilled_at = -1e18
         #: How long a queued wake-up is trusted before the sweeper sends another (seconds):
         #: longer than any backlog should last, short enough to recover a lost message.
         self.requeue_after = requeue_after
@@ -166,23 +165,6 @@ class RedisAgentTurnStore:
             Commit(parent, expected_parent_version, rid, release, held, tuple(children))
         )
 
-    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
-        """The committed events of a tree, oldest first (provisional ones left out)."""
-        with self.guard:
-            try:
-                tag = self.tag_of(root_turn_id)
-            except TurnNotFoundError:
-                return []
-            entries = self.redis.xrange(self.keys.events(tag, root_turn_id), count=limit) or []
-        events: list[AgentEvent] = []
-        for _, raw in entries:
-            fields = {text(k): text(v) for k, v in (raw or {}).items()}
-            if "seq" not in fields:
-                continue  # a provisional event
-            doc = json.loads(fields["event"])
-            events.append(event_from_dict(doc).sequenced(int(fields["seq"])))
-        return events
-
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""
         child = self.load(child_turn_id)
@@ -196,7 +178,7 @@ class RedisAgentTurnStore:
                 self.keys.header(tag, child.parent_turn_id),
             ]
             result = ChildResult.of(child).model_dump_json()
-            reply = self._run_touching("report", keys, [child_turn_id, result], tag)
+            reply = sweeps.run_touching(self, "report", keys, [child_turn_id, result], tag)
         return answered(reply) and text(reply[1]) == "1"
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
@@ -249,7 +231,7 @@ class RedisAgentTurnStore:
             args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
             maxlen = str(self.stream_maxlen) if self.records_events else "0"
             args += [maxlen, *(event_json(e) for e in events)]
-            reply = self._run_touching("cancel", keys, args, tag)
+            reply = sweeps.run_touching(self, "cancel", keys, args, tag)
         if not answered(reply):
             return CancelResult(False)
         first = text(reply[1])
@@ -299,7 +281,7 @@ class RedisAgentTurnStore:
             tag = self.tag_of(turn_id)
             args: list[Arg] = [turn_id, worker_id, lease_id, self.request_id()]
             keys = self._lease_keys(tag, turn_id)
-            return answered(self._run_touching("release", keys, args, tag))
+            return answered(sweeps.run_touching(self, "release", keys, args, tag))
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first ([] for an unknown turn)."""
@@ -320,116 +302,55 @@ class RedisAgentTurnStore:
         """The conversation's chat memory in this Redis (a ``chat_memory_provider``)."""
         return RedisChatMemory(self.redis, self.keys, self.scripts, self.guard, conversation_id)
 
-    # -- records that cannot be read ------------------------------------------------------------
+    # -- records that cannot be read, wake-ups, events (see sweeps.py) ---------------------
     def quarantine(self, turn_id: str, reason: str) -> bool:
         """Move a turn out of every index with the reason; False if it already was."""
         with self.guard:
-            return self._quarantine(self.tag_of(turn_id), turn_id, reason)
-
-    def _quarantine(self, tag: str, turn_id: str, reason: str) -> bool:
-        k = self.keys
-        keys = [k.header(tag, turn_id), k.runnable(tag), k.live(tag), k.leases(tag)]
-        reply = self.scripts.run("quarantine", [*keys, k.quarantine(tag)], [turn_id, reason])
-        moved = code_of(reply) == "OK"
-        if moved:
-            log.error("turn %s quarantined (never claimed or woken again): %s", turn_id, reason)
-        return moved
+            return sweeps.quarantine(self, self.tag_of(turn_id), turn_id, reason)
 
     def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
         """(turn id, reason, when) of quarantined turns, newest first."""
-        found: list[tuple[str, str, float]] = []
         with self.guard:
-            for tag in self.scanner.tags(self.keys.retained):
-                key = self.keys.quarantine(tag)
-                entries: list[Any] = self.redis.zrange(key, 0, -1, withscores=True)
-                for raw, when in entries:
-                    turn_id = text(raw)
-                    reason = self.redis.hget(self.keys.header(tag, turn_id), "qr")
-                    found.append((turn_id, text(reason) if reason else "", float(when)))
-        return sorted(found, key=lambda f: -f[2])[:limit]
+            return sweeps.quarantined(self, limit)
 
-    # -- wake-ups and the sweeper -----------------------------------------------------------
     def mark_queued(self, turn_ids: Sequence[str]) -> None:
         """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
-        self._queue(turn_ids, repr(float(self.requeue_after)))
+        with self.guard:
+            sweeps.mark(self, turn_ids, repr(float(self.requeue_after)))
 
     def unmark_queued(self, turn_id: str) -> None:
         """The wake-up for this turn was not sent after all."""
-        self._queue([turn_id], "")
-
-    def _queue(self, turn_ids: Sequence[str], seconds: str) -> None:
-        calls = []
-        touches = []
         with self.guard:
-            for turn_id in turn_ids:
-                try:
-                    tag = self.tag_of(turn_id)
-                except TurnNotFoundError:
-                    continue
-                keys = [self.keys.runnable(tag), self.keys.header(tag, turn_id)]
-                calls.append((self.scripts["queue"], keys, [turn_id, seconds]))
-                if not seconds:  # unmarked: runnable from now on
-                    touches.append(self.touch(tag, self.now()))
-            if calls:
-                self.scripts.pipelined(calls, (), touches)
+            sweeps.mark(self, [turn_id], "")
 
     def touch(self, tag: str, score: float) -> tuple[str, ...]:
         """The command lowering ``tag``'s due-index score; sent right after the script."""
         return ("ZADD", self.keys.due_shard(tag), "LT", repr(float(score)), tag)
 
-    def _run_touching(self, name: str, keys: list[str], args: list[Arg], tag: str) -> Any:
-        """One script call followed by a due-index touch at now, in one round trip."""
-        call = (self.scripts[name], keys, args)
-        return self.scripts.pipelined([call], (), [self.touch(tag, self.now())])[0]
-
-
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers (read-only)."""
         with self.guard:
             candidates = self.scanner.runnable(now, max(limit, 100), False, 4 * limit)
-            return self._retries(candidates)[:limit]
+            return sweeps.retries(self, candidates)[:limit]
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
-        """Turns runnable for ``older_than`` seconds that nobody serves (see the protocol).
+        """Turns runnable for ``older_than`` seconds that nobody serves (read-only).
 
         A turn with a queued wake-up scores the end of its mark in the runnable index, a
-        leased one its lease expiry: both stay out until then. Read-only.
+        leased one its lease expiry: both stay out until then.
         """
         with self.guard:
             return [c[2] for c in self.scanner.runnable(now - older_than, limit, False, limit)]
 
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
-        """The sweeper's query: due retries and lost wake-ups, at the cost of what is due.
-
-        Visits only the tags whose due-index score has come; each visited tag's score is
-        then raised to its earliest runnable entry (compare-and-set, after putting it out
-        of reach for ``visit_horizon`` seconds while it is read, so a write meanwhile
-        always wins). Every ``backfill_seconds`` all tags are put in the index again.
-        """
+        """The sweeper's query: due retries and lost wake-ups, at the cost of what is due."""
         with self.guard:
-            if time.monotonic() - self._backfilled > self.backfill_seconds:
-                self.scanner.backfill()
-                self._backfilled = time.monotonic()
-            due_tags = self.scanner.due_tags(now, limit)
-            hold = repr(float(now + self.visit_horizon))
-            self.scanner.settle([(sh, tag, repr(sc), hold) for sh, tag, sc in due_tags])
-            visited = self.scanner.visit([tag for _, tag, _ in due_tags], now, limit)
-            self.scanner.settle(
-                [(sh, tag, hold, visited[tag][0]) for sh, tag, _ in due_tags if tag in visited]
-            )
-            found = sorted(c for _, entries in visited.values() for c in entries)
-            due = self._retries(found)
-        bound = now - lost_after
-        stale = [turn_id for score, _, turn_id in found if score <= bound]
-        return Wakeups(due[:limit], stale[:limit])
+            return sweeps.wakeups(self, now, lost_after, limit)
 
-    def _retries(self, candidates: Sequence[tuple[float, str, str]]) -> list[str]:
-        states = self.scanner.statuses(candidates)
-        return [
-            turn_id
-            for (_, _, turn_id), (st, cx) in zip(candidates, states, strict=True)
-            if st == AgentTurnStatus.RETRY_SCHEDULED.value and cx != "1"
-        ]
+    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
+        """The committed events of a tree, oldest first (provisional ones left out)."""
+        with self.guard:
+            return sweeps.read_events(self, root_turn_id, limit)
 
     def list_turns(
         self,
@@ -516,7 +437,7 @@ class RedisAgentTurnStore:
                 return None
             return self._snapshot(turn_id, tag, data, have)
         except SnapshotCorruptedError as exc:
-            self._quarantine(tag, turn_id, str(exc))
+            sweeps.quarantine(self, tag, turn_id, str(exc))
             raise
 
     def _snapshot(
