@@ -22,6 +22,9 @@ from stores.redis.scripts import Scripts, code_of
 BATCH = 200
 """Tags asked per pipeline."""
 
+HOLD = 30.0
+"""Seconds a tag being read is out of the due index's reach (see ``Scanner.collect``)."""
+
 Candidate = tuple[float, str, str]  # (runnable since, tag, turn id)
 
 
@@ -47,15 +50,31 @@ class Scanner:
     ) -> list[Candidate]:
         """Up to ``most`` entries of the runnable index with score <= bound, oldest first.
 
-        Only the tags the due index says may hold such entries are asked.
+        Only the tags the due index says may hold such entries are asked (see ``collect``).
         """
         if server_clock:
             seconds, micros = self.redis.time()
             bound = max(bound, int(seconds) + int(micros) / 1e6)
-        tags = [tag for _, tag, _ in self.due_tags(bound, most)]
-        visited = self.visit(tags, bound, per_tag)
-        found = [c for _, entries in visited.values() for c in entries]
-        return heapq.nsmallest(most, found)
+        return heapq.nsmallest(most, self.collect(bound, per_tag, most))
+
+    def collect(self, bound: float, per_tag: int, most_tags: int) -> list[Candidate]:
+        """Entries <= bound of the tags the due index says are due, oldest first.
+
+        Every visited tag's due-index score is then raised to its earliest entry, by
+        compare-and-set after holding the tag out of reach (``HOLD`` seconds) while it is
+        read: a write meanwhile (it lowers the score after its script) always wins, and
+        tags with nothing due any more never crowd out those that are.
+        """
+        due_tags = self.due_tags(bound, most_tags)
+        if not due_tags:
+            return []
+        hold = repr(max(bound, time.time()) + HOLD)
+        self.settle([(shard, tag, repr(score), hold) for shard, tag, score in due_tags])
+        visited = self.visit([tag for _, tag, _ in due_tags], bound, per_tag)
+        self.settle(
+            [(shard, tag, hold, visited[tag][0]) for shard, tag, _ in due_tags if tag in visited]
+        )
+        return sorted(c for _, entries in visited.values() for c in entries)
 
     def due_tags(self, bound: float, most: int) -> list[tuple[str, str, float]]:
         """(shard, tag, score) of the tags whose due-index score is <= bound."""

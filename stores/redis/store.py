@@ -82,8 +82,6 @@ class RedisAgentTurnStore:
         self.stream_maxlen = stream_maxlen
         #: ... and lives this many seconds after its root's terminal event.
         self.stream_ttl = stream_ttl
-        #: The sweeper puts a tag out of reach this long while it reads it (seconds).
-        self.visit_horizon = 30.0
         #: How often (seconds) a sweep puts every tag in the due index again.
         self.backfill_seconds = 600.0
         self.backfilled_at = -1e18
@@ -328,13 +326,13 @@ class RedisAgentTurnStore:
         return ("ZADD", self.keys.due_shard(tag), "LT", repr(float(score)), tag)
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
-        """Scheduled retries whose time has come and no queued wake-up covers (read-only)."""
+        """Scheduled retries whose time has come and no queued wake-up covers."""
         with self.guard:
             candidates = self.scanner.runnable(now, max(limit, 100), False, 4 * limit)
             return sweeps.retries(self, candidates)[:limit]
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
-        """Turns runnable for ``older_than`` seconds that nobody serves (read-only).
+        """Turns runnable for ``older_than`` seconds that nobody serves.
 
         A turn with a queued wake-up scores the end of its mark in the runnable index, a
         leased one its lease expiry: both stay out until then.

@@ -53,23 +53,14 @@ def run_touching(
 def wakeups(store: RedisAgentTurnStore, now: float, lost_after: float, limit: int) -> Wakeups:
     """Due retries and lost wake-ups, visiting only the tags the due index says are due.
 
-    Each visited tag's score is raised to its earliest runnable entry by compare-and-set,
-    after holding it out of reach for ``visit_horizon`` seconds while it is read, so a
-    write meanwhile (which lowers the score after its script) always wins. Every
-    ``backfill_seconds`` all tags are put in the index again (older data, a safety net).
+    See ``Scanner.collect``. Every ``backfill_seconds`` all tags are put in the index
+    again (older data, a safety net).
     """
     scanner = store.scanner
     if time.monotonic() - store.backfilled_at > store.backfill_seconds:
         scanner.backfill()
         store.backfilled_at = time.monotonic()
-    due_tags = scanner.due_tags(now, limit)
-    hold = repr(float(now + store.visit_horizon))
-    scanner.settle([(shard, tag, repr(score), hold) for shard, tag, score in due_tags])
-    visited = scanner.visit([tag for _, tag, _ in due_tags], now, limit)
-    scanner.settle(
-        [(shard, tag, hold, visited[tag][0]) for shard, tag, _ in due_tags if tag in visited]
-    )
-    found = sorted(c for _, entries in visited.values() for c in entries)
+    found = scanner.collect(now, limit, limit)
     bound = now - lost_after
     stale = [turn_id for score, _, turn_id in found if score <= bound]
     return Wakeups(retries(store, found)[:limit], stale[:limit])

@@ -228,3 +228,26 @@ def test_a_sweeps_cost_follows_what_is_due_not_what_is_live(redis_store: Any) ->
 def _commands(store: Any) -> int:
     stats = store.redis.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_tags_with_nothing_due_never_crowd_out_one_that_is(redis_store: Any) -> None:
+    from tests.contract.helpers import snap
+
+    store = redis_store
+    # Given 1,200 trees that ended (their due-index entries are stale) and one READY turn
+    for _ in range(1200):
+        s = snap()
+        store.save(s, -1)
+        s.status = S.COMPLETED
+        store.save(s, 0)
+    ready = snap()
+    store.save(ready, -1)
+
+    # When pollers claim a few times, each visit clears what it found stale
+    claimed = []
+    for _ in range(5):
+        claimed = store.claim_runnable("w", store.now(), 1000, 1)
+        if claimed:
+            break
+
+    assert [s.id for s in claimed] == [ready.id]
