@@ -201,16 +201,6 @@ class TurnKernel:
                     held.check()  # LeaseLostError once the lease may have run out
         raise AssertionError("unreachable")
 
-    def save(
-        self,
-        turn: AgentTurn,
-        children: Sequence[AgentTurnSnapshot] | None = None,
-        *,
-        last: bool = False,
-    ) -> SaveResult:
-        """``commit`` without events of its own (kept for callers of the old name)."""
-        return self.commit(turn, children or (), last=last)
-
     def finish(
         self,
         turn: AgentTurn,

@@ -180,11 +180,7 @@ class InMemoryAgentTurnStore:
         since = self._since.get(h.id, h.updated_at)
         if h.status is AgentTurnStatus.RETRY_SCHEDULED and not h.cancel_requested:
             since = h.next_runnable_at if h.next_runnable_at is not None else since
-        elif not (
-            h.cancel_requested
-            or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
-            or h.all_children_reported()
-        ):
+        elif not _served_by_wake_up(h):
             return None
         if h.lease is not None:
             since = max(since, h.lease.until)
@@ -195,12 +191,7 @@ class InMemoryAgentTurnStore:
         for turn_id in turn_ids:
             h = self._records[turn_id].header
             due = h.status is AgentTurnStatus.RETRY_SCHEDULED and (h.next_runnable_at or 0) <= now
-            wakeable = (
-                due
-                or h.cancel_requested
-                or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
-                or h.all_children_reported()
-            )
+            wakeable = due or _served_by_wake_up(h)
             leased = h.lease is not None and h.lease.until > now
             if wakeable and not leased and not h.status.is_terminal:
                 self._queued[turn_id] = until
@@ -466,3 +457,12 @@ class InMemoryAgentTurnStore:
                 self._children.setdefault(header.parent_turn_id, []).append(header.id)
             elif header.conversation_id:
                 self._conversations[header.conversation_id] = header.id
+
+
+def _served_by_wake_up(h: AgentTurnSnapshot) -> bool:
+    """READY, RUNNING, a cancel request or a woken parent: a wake-up makes it step."""
+    return (
+        h.cancel_requested
+        or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+        or h.all_children_reported()
+    )

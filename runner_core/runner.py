@@ -107,7 +107,7 @@ class AgentRunner:
     ) -> AgentTurn:
         """Create a READY turn and hand it to the dispatcher (a worker runs it)."""
         turn = self._create(agent, input, history, conversation_id, options)
-        self._dispatch(turn.id, marked=True)
+        self.dispatch(turn.id, marked=True)
         return turn
 
     def _create(
@@ -227,7 +227,7 @@ class AgentRunner:
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
         turn = self._apply_resume(turn_id, command)
-        self._dispatch(turn.id, marked=True)
+        self.dispatch(turn.id, marked=True)
         return turn
 
     def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
@@ -421,7 +421,7 @@ class AgentRunner:
         """The child's last commit woke its parent: dispatch it (unless run inline here)."""
         parent_id = turn.state.parent_turn_id
         if parent_id is not None and result.parent_woken and parent_id not in self._inline:
-            self._dispatch(parent_id, marked=True)
+            self.dispatch(parent_id, marked=True)
 
     # -- events and dispatch ------------------------------------------------------------------
     def add_event_listener(self, listener: AgentEventListener) -> None:
@@ -443,9 +443,6 @@ class AgentRunner:
     def wake(self, turn_ids: Sequence[str]) -> int:
         """Send a wake-up for each turn and mark the sent ones queued (one store call)."""
         return self.waker.wake(turn_ids)
-
-    def _dispatch(self, turn_id: str, *, marked: bool) -> bool:
-        return self.waker.dispatch(turn_id, marked=marked)
 
 
 def _wants_step(turn: AgentTurn) -> bool:
