@@ -12,6 +12,7 @@ from celery import Celery, signals
 from kombu.entity import Exchange, Queue
 from pydantic import ValidationError
 
+from agentworker.reconnect import ForgetQueuedOnReconnect
 from agentworker.settings import Settings
 from runner_core import AgentWorkerError
 
@@ -86,6 +87,8 @@ def create_app(settings: Settings | None = None) -> Celery:
     from agentworker import tasks
 
     tasks.register(celery)
+    # After a broker reconnection, wake-ups in flight may be gone (agentworker/reconnect.py).
+    celery.steps["consumer"].add(ForgetQueuedOnReconnect)
     return celery
 
 

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+from typing import TYPE_CHECKING
 
 from celery import Celery
 
@@ -13,6 +14,9 @@ from agentworker.dispatch import CeleryDispatcher
 from agentworker.eventstream import RedisEventBridge, bridge_client
 from agentworker.settings import Settings, UnsetAgentLoader
 from runner_core import AgentExecutionPolicy, AgentLoader, AgentRunner
+
+if TYPE_CHECKING:
+    from stores import RedisAgentTurnStore
 
 log = logging.getLogger("agentworker")
 
@@ -29,8 +33,6 @@ def make_runner(
     Without ``AGENTWORKER_AGENT_LOADER`` it raises ``ConfigurationError``, unless
     ``require_agents`` is false (reading turns): then loading an agent raises it.
     """
-    from stores import RedisAgentTurnStore
-
     settings = settings or Settings()
     if app is None:
         from agentworker.celery_app import app as default_app
@@ -40,12 +42,7 @@ def make_runner(
         loader: AgentLoader = settings.load_agent_loader()
     else:
         loader = UnsetAgentLoader()
-    store = RedisAgentTurnStore(
-        settings.redis_url,
-        namespace=settings.namespace,
-        events=settings.events_enabled,
-        requeue_after=settings.requeue_after_seconds,
-    )
+    store = make_store(settings)
     runner = AgentRunner(
         turn_store=store,
         agent_loader=loader,
@@ -57,6 +54,18 @@ def make_runner(
     if settings.events_enabled:
         runner.add_event_listener(event_bridge(settings))
     return runner
+
+
+def make_store(settings: Settings) -> RedisAgentTurnStore:
+    """The Redis store of ``settings``."""
+    from stores import RedisAgentTurnStore
+
+    return RedisAgentTurnStore(
+        settings.redis_url,
+        namespace=settings.namespace,
+        events=settings.events_enabled,
+        requeue_after=settings.requeue_after_seconds,
+    )
 
 
 def event_bridge(settings: Settings) -> RedisEventBridge:

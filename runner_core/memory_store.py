@@ -146,6 +146,16 @@ class InMemoryAgentTurnStore:
         with self._lock:
             self._queued.pop(turn_id, None)
 
+    def forget_queued(self, before: float) -> int:
+        """Wake-ups marked queued before ``before`` may be lost: clear those marks."""
+        cutoff = before + self.requeue_after
+        with self._lock:
+            gone = [t for t, until in self._queued.items() if until <= cutoff]
+            for turn_id in gone:
+                del self._queued[turn_id]
+                self._since[turn_id] = self._clock()
+            return len(gone)
+
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
         with self._lock:

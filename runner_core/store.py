@@ -193,6 +193,15 @@ class AgentTurnStore(Protocol):
         """The wake-up for this turn was not sent after all (the broker refused it)."""
         ...
 
+    def forget_queued(self, before: float) -> int:
+        """Wake-ups marked queued before ``before`` may have been lost: clear those marks.
+
+        Called when a worker's broker connection comes back: a message in flight when it
+        broke may be gone. The turns count as runnable from now, so the sweeper re-sends
+        those nobody claims within ``lost_wakeup_seconds``. Returns how many were cleared.
+        """
+        ...
+
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
         """The sweeper's query (``due_turn_ids`` and ``stale_turn_ids`` at once).
 

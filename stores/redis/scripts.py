@@ -36,6 +36,7 @@ _WITH_LIB = (
     "commit",
     "report",
     "queue",
+    "forget",
     "claim",
     "renew",
     "release",

@@ -321,6 +321,11 @@ class RedisAgentTurnStore:
         with self.guard:
             sweeps.mark(self, [turn_id], "")
 
+    def forget_queued(self, before: float) -> int:
+        """Wake-ups marked queued before ``before`` may be lost: clear those marks."""
+        with self.guard:
+            return sweeps.forget(self, before)
+
     def touch(self, tag: str, score: float) -> tuple[str, ...]:
         """The command lowering ``tag``'s due-index score; sent right after the script."""
         return ("ZADD", self.keys.due_shard(tag), "LT", repr(float(score)), tag)

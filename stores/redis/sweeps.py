@@ -42,6 +42,26 @@ def mark(store: RedisAgentTurnStore, turn_ids: Sequence[str], seconds: str) -> N
         store.scripts.pipelined(calls, (), touches)
 
 
+def forget(store: RedisAgentTurnStore, before: float) -> int:
+    """Clear the queued marks set before ``before``; how many were cleared.
+
+    Visits only the tags whose due-index score says they may hold such a mark (a marked
+    turn scores its mark's end, which is at most ``before + requeue_after``).
+    """
+    cutoff = repr(float(before) + float(store.requeue_after))
+    tags = [tag for _, tag, _ in store.scanner.due_tags(float(cutoff), 1_000_000)]
+    cleared = 0
+    for batch in range(0, len(tags), 200):
+        chunk = tags[batch : batch + 200]
+        calls = [
+            (store.scripts["forget"], [store.keys.runnable(t)], [store.keys.header(t, ""), cutoff])
+            for t in chunk
+        ]
+        touches = [store.touch(t, store.now()) for t in chunk]
+        cleared += sum(int(n) for n in store.scripts.pipelined(calls, (), touches)[: len(calls)])
+    return cleared
+
+
 def run_touching(
     store: RedisAgentTurnStore, name: str, keys: list[str], args: Sequence[Arg], tag: str
 ) -> Any:

@@ -122,6 +122,48 @@ def test_a_lost_message_is_sent_again_once_its_mark_runs_out(
     assert broker.queue == [turn.id]
 
 
+def test_marks_set_before_a_broker_gap_are_forgotten_and_later_ones_kept(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    # Given two turns queued, then the broker connection breaks (their messages may be
+    # gone), then a third turn queued after the gap
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    before = [runner.start("looker", f"go {i}").id for i in range(2)]
+    time.sleep(0.02)
+    gap = runner.store.now()
+    time.sleep(0.02)
+    after = runner.start("looker", "later").id
+    broker.queue.clear()  # all three messages are gone, but only two were in the gap
+
+    # When a worker reconnects and forgets the marks set before the gap
+    assert runner.store.forget_queued(gap) == 2
+    assert runner.store.forget_queued(gap) == 0  # nothing left to forget
+
+    # Then the sweeper re-sends those two (once), never the one marked after the gap
+    sweep_once(runner, lost_after=0.0)
+    assert sorted(broker.queue) == sorted(before)
+    sweep_once(runner, lost_after=0.0)
+    assert sorted(broker.queue) == sorted(before)
+    assert after not in broker.queue
+
+
+def test_a_forgotten_mark_waits_lost_after_for_a_message_that_survived(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    # Given a queued turn whose message survived the gap
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    turn = runner.start("looker", "go").id
+    time.sleep(0.01)
+    runner.store.forget_queued(runner.store.now())
+    # When the sweeper runs with a lost-wake-up setting longer than the claim takes
+    sweep_once(runner, lost_after=60.0)
+    # Then nothing is re-sent: the surviving message is served first
+    assert broker.queue == [turn]
+    assert step_once(runner, broker.queue.pop(), "w1") == "RUNNING"
+
+
 def test_a_due_retry_is_sent_once(make_store: Callable[[], AgentTurnStore]) -> None:
     failures = [ConnectionError("timeout")]
 

@@ -64,6 +64,26 @@ def worker_and_beat(fleet: Fleet) -> tuple[AgentRunner, Settings]:
     return make_runner(settings, create_app(settings)), settings
 
 
+def stuck(runner: AgentRunner, ids: list[str], server: RedisServer, root: Path) -> str:
+    """What a run that does not drain looks like: unfinished turns, broker, log tails."""
+    lines = []
+    for turn_id in ids:
+        turn = runner.store.load(turn_id)
+        if not turn.status.is_terminal:
+            tag = runner.store.tag_of(turn_id)  # type: ignore[attr-defined]
+            header = runner.store.redis.hgetall(  # type: ignore[attr-defined]
+                runner.store.keys.header(tag, turn_id)  # type: ignore[attr-defined]
+            )
+            lines.append(f"{turn_id} {turn.status.value} {header}")
+    broker = server.client()
+    broker.execute_command("SELECT", 1)
+    lines.append(f"broker keys: {[(k, broker.type(k)) for k in broker.keys()]}")
+    for log in sorted((root / "logs").glob("*.log")):
+        lines.append(f"--- {log.name}")
+        lines.extend(log.read_text(errors="replace").splitlines()[-60:])
+    return "\n".join(lines)
+
+
 def _lpush_calls(server: RedisServer) -> int:
     """Messages published to the Redis broker so far (kombu publishes with LPUSH)."""
     stats = server.client().info("commandstats")
@@ -121,17 +141,21 @@ def test_a_redis_outage_mid_run_does_not_multiply_wake_ups(
         before = _lpush_calls(server)
         done_before = sum(runner.store.load(t).step_count for t in ids)
         while not all(runner.store.load(t).status.is_terminal for t in ids):
-            assert time.monotonic() - back < 180, "the run did not recover"
+            if time.monotonic() - back > 60:
+                pytest.fail(f"the run did not recover:\n{stuck(runner, ids, server, tmp_path)}")
             time.sleep(0.2)
         drained = time.monotonic() - back
         steps = sum(runner.store.load(t).step_count for t in ids) - done_before
         sent = _lpush_calls(server) - before
         sweeps = 2 * (drained + 1)  # beat's own messages
         print(f"\nafter a 5 s outage: {steps} steps in {drained:.1f} s, {sent} messages sent")
-        # Then no storm: about one wake-up per step still to do. (How soon it drains is
-        # mostly the Celery worker's broker reconnect backoff: 2.6-4.1 s here with kombu
-        # 5.7, up to ~100 s seen with kombu 5.4; the turns wait for it, nothing multiplies.)
-        assert sent <= 1.2 * steps + sweeps, (sent, steps)
+        # Then no storm: about one wake-up per step still to do, plus at most one per turn
+        # whose mark the reconnected worker forgot (a message in flight may be lost: kombu
+        # takes it and records it unacked in two commands). Without that, a lost message's
+        # turn waited for requeue_after (300 s) and the run took minutes.
+        assert sent <= 1.2 * steps + len(ids) + sweeps, (sent, steps)
+        log = (tmp_path / "logs" / "w1.log").read_text(errors="replace")
+        assert "broker connection back" in log
     finally:
         fleet.stop()
         server.stop()
