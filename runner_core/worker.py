@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from runner_core.errors import LeaseLostError
+from runner_core.errors import LeaseLostError, TurnNotFoundError
 from runner_core.snapshot import LeaseInfo
 from runner_core.store import AgentTurnStore
 
@@ -83,8 +83,13 @@ class HeldLease:
             ok = self.store.renew_lease(
                 self.turn_id, self.owner, self.lease_id, now, now + self.seconds
             )
+        except TurnNotFoundError:
+            self.lost = True  # the turn is gone: nothing left to hold
+            return False
         except Exception:
             log.warning("renewing lease of turn %s failed", self.turn_id, exc_info=True)
+            if time.monotonic() > self._deadline:
+                self.lost = True  # expired meanwhile: stop renewing, the step is fenced
             return False
         if ok:
             self._deadline = started + self.seconds * _SAFETY
@@ -135,7 +140,9 @@ class LeaseKeeper:
             for key, lease in due:
                 lease.renew()
                 with self._lock:
-                    if key in self._held:
+                    if lease.lost:
+                        self._held.pop(key, None)  # lost or released: never renewed again
+                    elif key in self._held:
                         self._held[key] = (lease, time.monotonic() + lease.seconds / 3)
             with self._lock:
                 next_at = min((at for _, at in self._held.values()), default=None)

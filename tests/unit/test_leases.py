@@ -206,3 +206,39 @@ def test_release_of_an_unheld_turn_is_false(runner: AgentRunner) -> None:
     turn = runner.start(agent(Script()), "hi")
 
     assert runner.release(turn) is False
+
+
+def test_the_keeper_stops_renewing_a_lease_it_can_no_longer_hold(
+    store: InMemoryAgentTurnStore,
+) -> None:
+    # Given two held leases renewed every 20 ms: one whose turn disappears, one whose
+    # store stays unreachable past the lease's end
+    from runner_core.snapshot import LeaseInfo
+    from runner_core.worker import HeldLease, LeaseKeeper
+
+    calls: list[str] = []
+
+    class Gone(InMemoryAgentTurnStore):
+        def renew_lease(self, turn_id: str, *args: Any) -> bool:
+            calls.append(turn_id)
+            if turn_id == "gone":
+                from runner_core import TurnNotFoundError
+
+                raise TurnNotFoundError(turn_id)
+            raise ConnectionError("store down")
+
+    flaky = Gone()
+    keeper = LeaseKeeper()
+    lease = LeaseInfo(owner="w", lease_id="l", until=0.0)
+    gone, down = HeldLease(flaky, "gone", lease, 0.06), HeldLease(flaky, "down", lease, 0.06)
+    keeper.hold(gone)
+    keeper.hold(down)
+
+    # When the keeper has had time for many renewals
+    time.sleep(0.5)
+
+    # Then the vanished turn was tried once, the unreachable one until its lease ran out
+    assert gone.lost and down.lost
+    assert calls.count("gone") == 1
+    assert 1 <= calls.count("down") <= 5
+    assert keeper._held == {}
