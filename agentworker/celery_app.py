@@ -12,6 +12,7 @@ from celery import Celery, signals
 from kombu.entity import Exchange, Queue
 from pydantic import ValidationError
 
+from agentworker.broker import transport_for
 from agentworker.reconnect import ForgetQueuedOnReconnect
 from agentworker.settings import Settings
 from runner_core import AgentWorkerError
@@ -21,6 +22,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings for ``settings``."""
     return {
         "broker_url": settings.broker,
+        # kombu's Redis transport with one client per channel, not one per command
+        # (agentworker/broker.py); other brokers keep kombu's transport.
+        "broker_transport": transport_for(settings.broker),
         # JSON only: a message is a wake-up with a turn id; pickle is refused on receipt.
         "task_serializer": "json",
         "accept_content": ["json"],
