@@ -73,7 +73,7 @@ def measure(store: RedisAgentTurnStore, client: redis.Redis) -> dict[str, float]
     t1, c1 = time.perf_counter(), commands(client)
     assert len(found.due) >= 10, found
     store.mark_queued(found.due)
-    tags = store.scanner.tags(store.keys.partitions)
+    tags = store.scanner.partition_tags()
     c2, t2 = commands(client), time.perf_counter()
     store.scanner.visit(tags, store.now(), 100)
     t3, c3 = time.perf_counter(), commands(client)

@@ -52,9 +52,14 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:{T}:ci:<sha1(conv)>``         set      the ids of the messages in that list
 ``ns:turn:I``                      string   I's tag (global, written before the turn is created)
 
-``ns:partitions``                  zset     tag -> last root creation (unix time): tags that may
-                                            hold live turns; scans of runnable turns walk these
-``ns:retained``                    zset     tag -> last root creation: tags with any stored turn
+``ns:partitions:{pK}``             zset     tag -> last root creation (unix time): tags that may
+                                            hold live turns; scans of runnable turns walk these.
+                                            ``K`` = crc32("p:" + tag) % buckets (16 by default): the
+                                            writes of root creations spread over the cluster
+``ns:retained:{pK}``               zset     tag -> last root creation: tags with any stored turn
+                                            (same bucket and slot as the tag's partitions entry)
+``ns:partitions``, ``ns:retained``  zset     the single keys of earlier releases: still read,
+                                            emptied into the buckets by ``migrate_partitions``
 ``ns:due:{dK}``                     zset     the due index, 16 shards (K = crc32(tag) % 16): tag ->
                                             the earliest score of its runnable partition, at most
                                             (lowered by every write after its script, raised by
@@ -62,7 +67,8 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
                                             the tags whose score has come
 ================================  =======  =====================================================
 
-The global keys are never passed to a script together with tagged keys.
+The global keys are never passed to a script together with tagged keys. Plain commands
+address them one key each, so on a cluster every command touches one slot too.
 """
 
 from __future__ import annotations
@@ -73,17 +79,24 @@ import zlib
 _MAX_TAG = 100
 #: Shards of the due index, each in its own hash slot (spread over a Redis Cluster).
 DUE_SHARDS = 16
+#: Buckets of the partition sets by default, and the most a deployment may use.
+PARTITION_BUCKETS = 16
+MAX_PARTITION_BUCKETS = 256
 
 
 class Keyspace:
     """Builds every key of one namespace."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, buckets: int = PARTITION_BUCKETS) -> None:
         if not namespace or any(c in namespace for c in "{} \n"):
             raise ValueError(f"namespace must be non-empty, no braces or spaces: {namespace!r}")
+        if not 1 <= buckets <= MAX_PARTITION_BUCKETS:
+            raise ValueError(f"partition buckets must be 1 to {MAX_PARTITION_BUCKETS}: {buckets}")
         self.namespace = namespace
-        self.partitions = f"{namespace}:partitions"
-        self.retained = f"{namespace}:retained"
+        self.buckets = buckets
+        #: The single partition sets of earlier releases (read until migrated).
+        self.legacy_partitions = f"{namespace}:partitions"
+        self.legacy_retained = f"{namespace}:retained"
         self.due_shards = [f"{namespace}:due:{{d{k}}}" for k in range(DUE_SHARDS)]
 
     # -- tags -------------------------------------------------------------------------
@@ -123,6 +136,35 @@ class Keyspace:
     def events_end(self, tag: str, root_turn_id: str) -> str:
         """The stream id of the root's terminal event, once the tree has ended."""
         return self.events(tag, root_turn_id) + ":end"
+
+    # -- the bucketed partition sets ----------------------------------------------------
+    def bucket(self, tag: str) -> int:
+        """The bucket of the partition sets that holds ``tag``."""
+        return zlib.crc32(b"p:" + tag.encode()) % self.buckets
+
+    def partitions(self, tag: str) -> str:
+        """The bucket of ``partitions`` (tags that may hold live turns) holding ``tag``."""
+        return self.partitions_bucket(self.bucket(tag))
+
+    def retained(self, tag: str) -> str:
+        """The bucket of ``retained`` (tags with any stored turn) holding ``tag``."""
+        return self.retained_bucket(self.bucket(tag))
+
+    def partitions_bucket(self, k: int) -> str:
+        """Bucket ``k`` of the partitions set (its own hash slot)."""
+        return f"{self.namespace}:partitions:{{p{k}}}"
+
+    def retained_bucket(self, k: int) -> str:
+        """Bucket ``k`` of the retained set (the slot of partitions bucket ``k``)."""
+        return f"{self.namespace}:retained:{{p{k}}}"
+
+    def all_partitions(self) -> list[str]:
+        """Every partitions key readers look at: the buckets, then the legacy single key."""
+        return [*(self.partitions_bucket(k) for k in range(self.buckets)), self.legacy_partitions]
+
+    def all_retained(self) -> list[str]:
+        """Every retained key readers look at: the buckets, then the legacy single key."""
+        return [*(self.retained_bucket(k) for k in range(self.buckets)), self.legacy_retained]
 
     # -- the due index ------------------------------------------------------------------
     def due_shard(self, tag: str) -> str:

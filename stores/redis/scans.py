@@ -1,8 +1,10 @@
 """Walks over the partitions of the indexes: runnable turns, repair, listings, retention.
 
-Scans read the global ``partitions``/``retained`` sets, then ask each tag in pipelined
-batches (one round trip per batch). They are for the sweeper, pollers and operators, not
-the per-step path; their cost grows with the number of live (resp. retained) turn trees.
+Scans read the global ``partitions``/``retained`` sets (every bucket, and the single key
+of earlier releases, in one round trip), then ask each tag in pipelined batches (one round
+trip per batch). They are for the sweeper, pollers and operators, not the per-step path;
+their cost grows with the number of live (resp. retained) turn trees, which is why
+``prune`` and ``expire`` run on a schedule (``agentworker.housekeeping``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from redis import Redis
 
 from runner_core.status import AgentTurnStatus
 from stores.redis.codec import SUMMARY_FIELDS, TurnSummary, text
-from stores.redis.keys import Keyspace
+from stores.redis.keys import MAX_PARTITION_BUCKETS, Keyspace
 from stores.redis.scripts import Scripts, code_of
 
 BATCH = 200
@@ -41,9 +43,25 @@ class Scanner:
         self.keys = keys
         self.scripts = scripts
 
-    def tags(self, key: str) -> list[str]:
-        """Members of a global partition set."""
-        return [text(t) for t in self.redis.zrange(key, 0, -1)]
+    def tags(self, keys: Sequence[str]) -> list[str]:
+        """Members of a bucketed global set (its buckets and legacy key), oldest first."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.zrange(key, 0, -1, withscores=True)
+        scores: dict[str, float] = {}
+        for entries in pipe.execute():
+            for raw, score in entries:
+                tag = text(raw)
+                scores[tag] = max(float(score), scores.get(tag, float(score)))
+        return sorted(scores, key=scores.__getitem__)
+
+    def partition_tags(self) -> list[str]:
+        """Tags that may hold live turns."""
+        return self.tags(self.keys.all_partitions())
+
+    def retained_tags(self) -> list[str]:
+        """Tags with any stored turn."""
+        return self.tags(self.keys.all_retained())
 
     def runnable(
         self, bound: float, per_tag: int, server_clock: bool, most: int
@@ -113,7 +131,7 @@ class Scanner:
 
     def backfill(self) -> int:
         """Put every tag with runnable entries into the due index (older data, a safety net)."""
-        tags = self.tags(self.keys.partitions)
+        tags = self.partition_tags()
         visited = self.visit(tags, float("-inf"), 0)
         touches = [
             ("ZADD", self.keys.due_shard(tag), "LT", earliest, tag)
@@ -138,7 +156,7 @@ class Scanner:
         """(child, parent) pairs: ended children whose parent still waits on them."""
         found: list[tuple[str, str]] = []
         repair = self.scripts["repair"]
-        for batch in _chunks(self.tags(self.keys.partitions)):
+        for batch in _chunks(self.partition_tags()):
             calls = [
                 (repair, [self.keys.waits(tag), self.keys.ended(tag)], [str(limit)])
                 for tag in batch
@@ -189,7 +207,7 @@ class Scanner:
     def expirable(self, cutoff: float, limit: int) -> list[tuple[str, str, str]]:
         """(tag, turn id, parent id) of turns that ended before ``cutoff``."""
         found: list[tuple[str, str]] = []
-        for batch in _chunks(self.tags(self.keys.retained)):
+        for batch in _chunks(self.retained_tags()):
             pipe = self.redis.pipeline(transaction=False)
             for tag in batch:
                 pipe.zrangebyscore(self.keys.ended(tag), "-inf", cutoff, start=0, num=limit)
@@ -232,32 +250,79 @@ class Scanner:
         return done
 
     def prune(self, grace_seconds: float) -> int:
-        """Drop tags with nothing left from the partition sets (not touched for a grace)."""
+        """Drop tags with nothing left from the partition sets (not touched for a grace).
+
+        Each removal is a compare-and-delete on the score read (``zrem_if.lua``): a root
+        created meanwhile rewrites the score and keeps its tag. Safe to run concurrently.
+        """
         cutoff = time.time() - grace_seconds
         removed = 0
-        for key, sets in (
-            (self.keys.partitions, (self.keys.live,)),
-            (self.keys.retained, (self.keys.live, self.keys.ended)),
+        k = self.keys
+        for keys, sets in (
+            (k.all_partitions(), (k.live,)),
+            (k.all_retained(), (k.live, k.ended)),
         ):
-            entries = self.redis.zrangebyscore(key, "-inf", cutoff, withscores=True)
+            pipe = self.redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrangebyscore(key, "-inf", cutoff, withscores=True)
+            entries = [
+                (key, text(tag), float(score))
+                for key, found in zip(keys, pipe.execute(), strict=True)
+                for tag, score in found
+            ]
             for batch in _chunks(entries):
                 pipe = self.redis.pipeline(transaction=False)
-                for tag, _ in batch:
+                for _, tag, _ in batch:
                     for which in sets:
-                        pipe.zcard(which(text(tag)))
+                        pipe.zcard(which(tag))
                 counts = pipe.execute()
                 width = len(sets)
                 calls = [
-                    (self.scripts["zrem_if"], [key], [text(tag), repr(float(score))])
-                    for n, (tag, score) in enumerate(batch)
+                    (self.scripts["zrem_if"], [key], [tag, repr(score)])
+                    for n, (key, tag, score) in enumerate(batch)
                     if not any(counts[n * width : (n + 1) * width])
                 ]
                 replies = self.scripts.pipelined(calls)
                 removed += sum(int(r) for r in replies)
-                if key == self.keys.partitions:  # nothing live: nothing the sweeper needs
+                if sets == (k.live,):  # nothing live: nothing the sweeper needs
                     gone = [c[2][0] for c, r in zip(calls, replies, strict=True) if int(r)]
                     self._forget_due(gone)
         return removed
+
+    def migrate(self) -> int:
+        """Move tags found outside their bucket into it; how many were moved.
+
+        Sources: the single ``partitions``/``retained`` keys of earlier releases, and every
+        possible bucket (after a change of the bucket count). A tag is added to its bucket
+        (ZADD GT: the later creation time wins), then removed from the source only if its
+        score there is still the one read, so a concurrent writer of the old layout is never
+        lost (the next run moves it). Safe to run concurrently.
+        """
+        k = self.keys
+        moved = 0
+        for legacy, bucket_key, place in (
+            (k.legacy_partitions, k.partitions_bucket, k.partitions),
+            (k.legacy_retained, k.retained_bucket, k.retained),
+        ):
+            sources = [legacy, *(bucket_key(n) for n in range(MAX_PARTITION_BUCKETS))]
+            pipe = self.redis.pipeline(transaction=False)
+            for source in sources:
+                pipe.zrange(source, 0, -1, withscores=True)
+            misplaced = [
+                (source, text(tag), float(score))
+                for source, found in zip(sources, pipe.execute(), strict=True)
+                for tag, score in found
+                if place(text(tag)) != source
+            ]
+            for batch in _chunks(misplaced):
+                adds = [("ZADD", place(tag), "GT", repr(score), tag) for _, tag, score in batch]
+                calls = [
+                    (self.scripts["zrem_if"], [source], [tag, repr(score)])
+                    for source, tag, score in batch
+                ]
+                replies = self.scripts.pipelined((), adds) + self.scripts.pipelined(calls)
+                moved += sum(int(r) for r in replies[len(adds) :])
+        return moved
 
     def _forget_due(self, tags: Sequence[Any]) -> None:
         """Drop tags from the due index (a write racing this is caught by the backfill)."""

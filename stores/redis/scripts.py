@@ -4,6 +4,13 @@ Each ``.lua`` file is one atomic operation and lists its KEYS and ARGV in its he
 scripts marked below get ``local SCHEMA = '<record version>'`` and ``_lib.lua`` prepended.
 They run by EVALSHA; after a server restart (empty script cache) redis-py's ``Script``
 reloads on NOSCRIPT, and ``pipelined`` does the same for pipelines.
+
+On a Redis Cluster every script call touches one hash slot (its KEYS share a tag) and
+the cluster client routes it by its first key. redis-py refuses EVALSHA in a cluster
+pipeline, and one pipeline could span slots anyway, so there ``pipelined`` sends the
+plain commands before the scripts as one cluster pipeline (split per node by the client),
+then each script call on its own, then the plain commands after them: same order, same
+replies, more round trips. A single server keeps the one-round-trip path.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from runner_core.snapshot import SCHEMA_VERSION
 from runner_core.status import AgentTurnStatus
 from runner_core.store import SaveResult
 from stores.redis.codec import Arg, fields_of, text
+from stores.redis.connection import is_cluster
 
 _HERE = Path(__file__).parent
 _WITH_LIB = (
@@ -75,6 +83,8 @@ class Scripts:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        #: A cluster client: script calls go one by one, routed by their slot.
+        self.cluster = is_cluster(redis)
         lib = f"local SCHEMA = '{SCHEMA_VERSION}'\n" + _source("_lib")
         self.by_name: dict[str, Script] = {}
         for name in _WITH_LIB:
@@ -100,6 +110,8 @@ class Scripts:
         On NOSCRIPT (an empty script cache after a restart) the scripts are loaded and the
         script calls are sent again with what follows them: the commands before ran once.
         """
+        if self.cluster:
+            return self._one_slot_at_a_time(calls, before, after)
         replies = self._send(calls, before, after)
         scripted = replies[len(before) : len(before) + len(calls)]
         if any(isinstance(r, NoScriptError) for r in scripted):
@@ -110,6 +122,25 @@ class Scripts:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+    def _one_slot_at_a_time(
+        self,
+        calls: Sequence[Call],
+        before: Sequence[Sequence[Arg]],
+        after: Sequence[Sequence[Arg]],
+    ) -> list[Any]:
+        """``pipelined`` on a cluster: each script call alone (``Script`` reloads on NOSCRIPT)."""
+        replies = self._plain(before)
+        replies += [script(keys=keys, args=args) for script, keys, args in calls]
+        return replies + self._plain(after)
+
+    def _plain(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        if not commands:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+        return list(pipe.execute())
 
     def _send(
         self,

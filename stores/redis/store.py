@@ -38,7 +38,7 @@ from stores.redis import sweeps, writes
 from stores.redis.cache import Known, TurnCache
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
 from stores.redis.connection import Guard, connect
-from stores.redis.keys import Keyspace
+from stores.redis.keys import PARTITION_BUCKETS, Keyspace
 from stores.redis.memory import RedisChatMemory
 from stores.redis.scans import Scanner
 from stores.redis.scripts import Loaded, Scripts, answered, code_of, loaded
@@ -65,6 +65,7 @@ class RedisAgentTurnStore:
         stream_ttl: int = 3600,
         events: bool = True,
         requeue_after: float = 300.0,
+        partition_buckets: int = PARTITION_BUCKETS,
     ) -> None:
         self.redis, self.url = connect(
             redis,
@@ -74,7 +75,7 @@ class RedisAgentTurnStore:
             connect_timeout=connect_timeout,
         )
         self._owns_client = isinstance(redis, str)
-        self.keys = Keyspace(namespace)
+        self.keys = Keyspace(namespace, partition_buckets)
         self.scripts = Scripts(self.redis)
         self.scanner = Scanner(self.redis, self.keys, self.scripts)
         self.retention_seconds = retention_seconds
@@ -369,9 +370,9 @@ class RedisAgentTurnStore:
                 except TurnNotFoundError:
                     return []
             elif status is not None and not status.is_terminal:
-                tags = self.scanner.tags(self.keys.partitions)
+                tags = self.scanner.partition_tags()
             else:
-                tags = self.scanner.tags(self.keys.retained)
+                tags = self.scanner.retained_tags()
             return self.scanner.summaries(tags, status, root_turn_id, limit)
 
     def expire_terminal(self, older_than_seconds: float | None = None, limit: int = 1000) -> int:
@@ -394,6 +395,11 @@ class RedisAgentTurnStore:
         """Forget empty tags in the partition sets (untouched for ``grace_seconds``)."""
         with self.guard:
             return self.scanner.prune(grace_seconds)
+
+    def migrate_partitions(self) -> int:
+        """Move tags of the single partition sets of earlier releases into their buckets."""
+        with self.guard:
+            return self.scanner.migrate()
 
     # -- internals -----------------------------------------------------------------------
     def request_id(self) -> str:

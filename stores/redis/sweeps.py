@@ -110,7 +110,7 @@ def quarantine(store: RedisAgentTurnStore, tag: str, turn_id: str, reason: str) 
 def quarantined(store: RedisAgentTurnStore, limit: int) -> list[tuple[str, str, float]]:
     """(turn id, reason, when) of quarantined turns, newest first."""
     found: list[tuple[str, str, float]] = []
-    for tag in store.scanner.tags(store.keys.retained):
+    for tag in store.scanner.retained_tags():
         entries: list[Any] = store.redis.zrange(store.keys.quarantine(tag), 0, -1, withscores=True)
         for raw, when in entries:
             turn_id = text(raw)

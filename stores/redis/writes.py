@@ -88,8 +88,8 @@ def _call(store: RedisAgentTurnStore, tag: str, c: Commit, stored: int) -> objec
         stamp = repr(time.time())
         before = [
             ("SET", k.turn_index(s.id), tag, "NX"),
-            ("ZADD", k.partitions, stamp, tag),
-            ("ZADD", k.retained, stamp, tag),
+            ("ZADD", k.partitions(tag), stamp, tag),
+            ("ZADD", k.retained(tag), stamp, tag),
             *before,
         ]
     score = attention(store, c)

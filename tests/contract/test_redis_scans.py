@@ -93,7 +93,8 @@ def test_retention_never_expires_what_a_waiting_parent_references(
 
     # and the empty partitions are pruned
     assert redis_store.prune_partitions(grace_seconds=0) == 4
-    assert redis_store.redis.exists(redis_store.keys.partitions, redis_store.keys.retained) == 0
+    keys = redis_store.keys
+    assert redis_store.redis.exists(*keys.all_partitions(), *keys.all_retained()) == 0
     assert sorted(redis_store.redis.keys("*")) == []
 
 

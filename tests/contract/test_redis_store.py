@@ -79,6 +79,7 @@ def _exercise_the_rest(store: RedisAgentTurnStore) -> None:
     assert store.read_events(parent.id) == []
     store.mark_queued([parent.id, kid.id])
     store.unmark_queued(parent.id)
+    store.forget_queued(store.now() + 3600)
     assert store.quarantine(kid.id, "a test") and not store.quarantine(kid.id, "again")
     store.due_turn_ids(now)
     store.stale_turn_ids(now, 0)
