@@ -6,6 +6,7 @@ The model call emits streaming deltas as events; the tool runs inside its
 
 from __future__ import annotations
 
+from runner_core import tracing
 from runner_core.context import AgentToolContext
 from runner_core.errors import AgentWorkerError
 from runner_core.events import AgentEventType as E
@@ -26,6 +27,12 @@ from runner_core.turn import AgentTurn
 
 
 def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
+    """Ask the turn's model once (inside its span)."""
+    with tracing.model_call(turn, request) as span:
+        return span.answered(_ask(k, turn, request))
+
+
+def _ask(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
     """Ask the turn's model once; a streaming turn emits every delta as an event."""
     model = turn.agent.model
     if not (turn.state.streaming and isinstance(model, StreamingChatModel)):
@@ -56,6 +63,12 @@ def _emit_delta(
 
 
 def invoke_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
+    """Run the tool for ``call`` (inside its span)."""
+    with tracing.tool_call(turn, tool.name, call.id, call.arguments) as span:
+        return span.answered(_run_tool(k, turn, tool, call))
+
+
+def _run_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
     """Run the tool for ``call``; a ``ToolError`` becomes an error message for the model."""
     st = turn.state
     kwargs = tool.validate(call.arguments)

@@ -6,6 +6,7 @@ import logging
 import uuid
 from typing import Any
 
+from runner_core import tracing
 from runner_core.errors import AgentNotFoundError
 from runner_core.events import AgentEventType as E
 from runner_core.kernel import TurnKernel
@@ -136,7 +137,7 @@ def _child(
     now: float,
 ) -> AgentTurnSnapshot:
     child_id = uuid.uuid4().hex
-    return AgentTurnSnapshot(
+    child = AgentTurnSnapshot(
         id=child_id,
         agent_id=task.agent_id or "",
         agent_version=version,
@@ -150,6 +151,8 @@ def _child(
         updated_at=now,
         depth=parent.depth + 1,
     )
+    tracing.turn_created(child)  # inside the parent's step: its span nests there
+    return child
 
 
 def child_policy(

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from runner_core import tracing
 from runner_core.agent import AgentLoader
 from runner_core.errors import ConcurrentModificationError, LeaseLostError, StoreUnavailableError
 from runner_core.events import PROVISIONAL, AgentEvent, AgentEventType, EventBus, make_event
@@ -176,6 +177,7 @@ class TurnKernel:
             held.released_by_save()
         if result.cancel_requested:
             st.cancel_requested = True
+        tracing.committed(turn, result.version, len(commit.events))
         if self.after_save is not None:
             self.after_save(turn)
         if self.bus.active:

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from runner_core import tracing
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
 from runner_core.children import descendants
 from runner_core.errors import (
@@ -104,9 +105,14 @@ class AgentRunner:
         history: Sequence[Message] | None = None,
         conversation_id: str | None = None,
         options: AgentTurnOptions | None = None,
+        turn_id: str | None = None,
     ) -> AgentTurn:
-        """Create a READY turn and hand it to the dispatcher (a worker runs it)."""
-        turn = self._create(agent, input, history, conversation_id, options)
+        """Create a READY turn and hand it to the dispatcher (a worker runs it).
+
+        ``turn_id``: the caller's id for the turn (default: a new uuid). Starting again with
+        an id that exists raises ``ConcurrentModificationError`` and creates nothing.
+        """
+        turn = self._create(agent, input, history, conversation_id, options, turn_id)
         self.dispatch(turn.id, marked=True)
         return turn
 
@@ -117,6 +123,7 @@ class AgentRunner:
         history: Sequence[Message] | None,
         conversation_id: str | None,
         options: AgentTurnOptions | None,
+        turn_id: str | None = None,
     ) -> AgentTurn:
         if history is not None and conversation_id is not None:
             raise ValueError("pass history= or conversation_id=, not both")
@@ -135,7 +142,7 @@ class AgentRunner:
         else:
             attached = [m for m in (history or ()) if not isinstance(m, SystemMessage)]
         now = self.store.now()
-        turn_id = uuid.uuid4().hex
+        turn_id = turn_id or uuid.uuid4().hex
         state = AgentTurnSnapshot(
             id=turn_id,
             agent_id=agent.id,
@@ -150,6 +157,7 @@ class AgentRunner:
             updated_at=now,
             conversation_id=conversation_id,
         )
+        tracing.turn_created(state)
         turn = AgentTurn(state, agent)
         self.kernel.commit(turn)
         self.events.flush()
@@ -179,7 +187,8 @@ class AgentRunner:
         if release and turn.held_lease is not None:
             turn.held_lease.release_on_last_save = True
         try:
-            return run_step(self.kernel, turn)
+            with tracing.step(turn):
+                return run_step(self.kernel, turn)
         finally:
             self.events.flush()
 
