@@ -59,6 +59,24 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
     #: How far a signed call's timestamp may be from the server's clock, in seconds.
     webhook_window_seconds: float = Field(default=300.0, gt=0)
+    #: The HTTP API's credentials, JSON: ``[{"token" | "secret": ..., "tenant": ...,
+    #: "scopes": ["read", "write", "approve"]}, ...]`` (docs/http.md, Authentication).
+    credentials: SecretStr | None = None
+    #: Largest request body the HTTP API reads (413 beyond it, before reading it).
+    http_max_body_bytes: int = Field(default=1_048_576, gt=0)
+    #: Largest ``input`` of a new turn, in characters (422 beyond it).
+    http_max_input_chars: int = Field(default=200_000, gt=0)
+    #: Largest ``metadata`` of a start or resume, as compact JSON bytes (422 beyond it).
+    http_max_metadata_bytes: int = Field(default=16_384, gt=0)
+    #: How long the HTTP API waits for the rest of an announced body (408 after it).
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    #: How long a request id or ``Idempotency-Key`` is remembered with its answer.
+    http_idempotency_seconds: int = Field(default=86_400, gt=0)
+    #: Outbound webhooks, JSON: ``[{"url": ..., "secret": "whsec_...", "agent"?: ...,
+    #: "tenant"?: ..., "events"?: [...]}, ...]`` (docs/webhooks.md).
+    webhooks: SecretStr | None = None
+    #: Delivery attempts of one outbound webhook before it is dead-lettered.
+    webhook_max_attempts: int = Field(default=8, ge=1)
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:

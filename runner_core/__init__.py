@@ -11,6 +11,7 @@ from runner_core.errors import (
     HistoryRewrittenError,
     InvalidResumeError,
     LeaseLostError,
+    PayloadTooLargeError,
     RestoredError,
     SnapshotCorruptedError,
     StoreUnavailableError,
@@ -79,6 +80,7 @@ from runner_core.worker import AgentWorker
 __all__ = [
     "TurnLeasedError",
     "StoreUnavailableError",
+    "PayloadTooLargeError",
     "Commit",
     "ChildResult",
     "CancelResult",

@@ -134,3 +134,14 @@ class StoreUnavailableError(AgentWorkerError):
     def __init__(self, url: str, cause: BaseException) -> None:
         super().__init__(f"store at {url} is unavailable: {type(cause).__name__}: {cause}")
         self.url = url
+
+
+class PayloadTooLargeError(AgentWorkerError, ValueError):
+    """Raised when a request body, an input or metadata exceeds its configured limit."""
+
+    def __init__(self, what: str, size: int, limit: int, field: str | None = None) -> None:
+        super().__init__(f"{what} is {size} bytes or more; the limit is {limit}")
+        self.what = what
+        self.size = size
+        self.limit = limit
+        self.field = field

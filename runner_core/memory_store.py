@@ -27,6 +27,7 @@ from runner_core.store import (
     LeaseRef,
     SaveResult,
     TurnControl,
+    TurnListing,
     Wakeups,
     is_claimable,
     waiting_child_ids,
@@ -228,6 +229,21 @@ class InMemoryAgentTurnStore:
             h = self._get(turn_id).header
             return TurnControl(h.version, h.status, h.cancel_requested, h.lease, self._clock())
 
+    def turn_counts(self) -> dict[str, int]:
+        """Live turns by the states the Redis store's indexes count (``agentworker_turns``)."""
+        with self._lock:
+            now = self._clock()
+            headers = [self._records[turn_id].header for turn_id in self._live]
+        return {
+            "live": len(headers),
+            "runnable": sum(1 for h in headers if _indexed_runnable(h)),
+            "leased": sum(1 for h in headers if h.lease is not None and h.lease.until > now),
+            "waiting_for_children": sum(
+                1 for h in headers if h.status is AgentTurnStatus.WAITING_FOR_CHILD
+            ),
+            "quarantined": 0,
+        }
+
     def find_active_turn(self, conversation_id: str) -> tuple[str, AgentTurnStatus] | None:
         """The conversation's non-terminal root turn, if any."""
         with self._lock:
@@ -302,6 +318,35 @@ class InMemoryAgentTurnStore:
             h.lease = None
             self._since[turn_id] = self._clock()
             return True
+
+    def list_turns(
+        self,
+        status: AgentTurnStatus | None = None,
+        root_turn_id: str | None = None,
+        limit: int = 100,
+    ) -> list[TurnListing]:
+        """Stored turns, newest first: all, one status, or one turn tree (as the Redis store)."""
+        with self._lock:
+            headers = [r.header for r in self._records.values()]
+        found = [
+            TurnListing(
+                h.id,
+                h.status,
+                h.agent_id,
+                h.root_turn_id,
+                h.parent_turn_id,
+                h.conversation_id,
+                h.version,
+                h.created_at,
+                h.updated_at,
+                h.cancel_requested,
+            )
+            for h in headers
+            if (status is None or h.status is status)
+            and (root_turn_id is None or h.root_turn_id == root_turn_id)
+        ]
+        found.sort(key=lambda t: t.created_at, reverse=True)
+        return found[:limit]
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first."""
@@ -476,3 +521,9 @@ def _served_by_wake_up(h: AgentTurnSnapshot) -> bool:
         or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
         or h.all_children_reported()
     )
+
+
+def _indexed_runnable(h: AgentTurnSnapshot) -> bool:
+    """In the Redis store's runnable index: not blocked (retries count), or woken."""
+    runnable = (AgentTurnStatus.READY, AgentTurnStatus.RUNNING, AgentTurnStatus.RETRY_SCHEDULED)
+    return h.status in runnable or h.cancel_requested or h.all_children_reported()

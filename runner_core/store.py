@@ -65,6 +65,22 @@ class Wakeups:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnListing:
+    """One line of a listing (``list_turns``): the fields a store can filter on cheaply."""
+
+    turn_id: str
+    status: AgentTurnStatus
+    agent_id: str
+    root_turn_id: str
+    parent_turn_id: str | None
+    conversation_id: str | None
+    version: int
+    created_at: float
+    updated_at: float
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CancelResult:
     """What ``request_cancellation`` did; true when it set the flag."""
 

@@ -1,7 +1,9 @@
 """The HTTP API: ``uvicorn agentworker.http:app`` (settings from ``AGENTWORKER_*``).
 
-``create_http_app(runner, settings)`` builds the app around any runner; the module-level
-``app`` is built on first access from the environment, with ``make_runner()``.
+``create_http_app(runner, settings)`` builds the app around any runner (or a function that
+builds one when first needed); the module-level ``app`` is built on first access from the
+environment, and connects to Redis with ``make_runner()`` at its first request, so it
+starts while Redis is down (``/readyz`` answers 503 until it is back).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from agentworker.http.api import create_http_app
 from agentworker.http.auth import (
+    IDEMPOTENCY_HEADER,
     REQUEST_ID_HEADER,
     SIGNATURE_HEADER,
     TENANT_HEADER,
     TIMESTAMP_HEADER,
     sign,
     signed_headers,
+    target_of,
 )
 from runner_core.errors import ConfigurationError
 
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     app: Starlette
 
 __all__ = [
+    "IDEMPOTENCY_HEADER",
     "REQUEST_ID_HEADER",
     "SIGNATURE_HEADER",
     "TENANT_HEADER",
@@ -33,6 +38,7 @@ __all__ = [
     "create_http_app",
     "sign",
     "signed_headers",
+    "target_of",
 ]
 
 _lock = threading.Lock()
@@ -55,7 +61,8 @@ def _default_app() -> Starlette:
 
             settings = Settings()
             try:
-                _app = create_http_app(make_runner(settings), settings)
+                settings.load_agent_loader()  # a wrong loader stops the start; Redis need not
+                _app = create_http_app(lambda: make_runner(settings), settings)
             except ConfigurationError as exc:
                 raise SystemExit(f"agentworker.http: {exc}") from None
         return _app

@@ -1,8 +1,10 @@
-"""The routes: start, show, resume, cancel and follow turns over HTTP."""
+"""The routes: start, list, show, wait for, resume, cancel and follow turns over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -14,19 +16,22 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from agentworker.eventstream import check_stream_id
-from agentworker.http.auth import (
-    TENANT_HEADER,
-    Authenticator,
-    Caller,
-    RequestLedger,
-    StoredResponse,
-    fingerprint,
-)
+from agentworker.http.auth import Authenticator, Caller, RequestLedger, StoredResponse, fingerprint
+from agentworker.http.credentials import legacy_credentials, parse_credentials
 from agentworker.http.errors import ApiError, error_body, error_response, status_of
-from agentworker.http.schemas import CancelBody, ResumeBody, StartBody, parse, turn_summary
+from agentworker.http.guard import Guard, Limits, caller_of
+from agentworker.http.listing import ListQuery, list_page
+from agentworker.http.schemas import (
+    BodyLimits,
+    CancelBody,
+    ResumeBody,
+    StartBody,
+    parse,
+    turn_summary,
+)
 from agentworker.http.sse import already_over, event_source, stream_exists
 from agentworker.settings import Settings
 from runner_core import (
@@ -34,59 +39,113 @@ from runner_core import (
     AgentTurnOptions,
     AgentTurnSnapshot,
     AgentWorkerError,
+    ConcurrentModificationError,
     ConfigurationError,
+    StoreUnavailableError,
     TurnLeasedError,
+    TurnNotFoundError,
 )
 
 log = logging.getLogger("agentworker.http")
 
 Answer = tuple[int, dict[str, Any]]
+RunnerSource = AgentRunner | Callable[[], AgentRunner]
+#: Longest wait a client may ask of ``GET /turns/{id}/wait``, in seconds.
+MAX_WAIT_SECONDS = 60.0
+
+
+class Runners:
+    """The app's runner, built on first use: the app starts while its store is down."""
+
+    def __init__(self, source: RunnerSource) -> None:
+        self._source = source
+        self._runner = source if isinstance(source, AgentRunner) else None
+        self._lock = threading.Lock()
+
+    def get(self) -> AgentRunner:
+        """The runner; ``StoreUnavailableError`` while it cannot be built (a 503)."""
+        if self._runner is None:
+            with self._lock:
+                if self._runner is None:
+                    assert callable(self._source)
+                    self._runner = self._source()
+        return self._runner
 
 
 class TurnsApi:
-    """The handlers; each checks credentials, then the body, then the turn and its tenant."""
+    """The handlers; the guard has checked credentials and read the body already."""
 
-    def __init__(self, runner: AgentRunner, namespace: str, auth: Authenticator) -> None:
-        self.runner = runner
+    def __init__(
+        self, runners: Runners, namespace: str, settings: Settings, limits: BodyLimits
+    ) -> None:
+        self.runners = runners
         self.namespace = namespace
-        self.auth = auth
+        self.settings = settings
+        self.limits = limits
         self.redis: aioredis.Redis | None = None
+
+    @property
+    def runner(self) -> AgentRunner:
+        """The runner (see ``Runners``); call from a worker thread, it may connect."""
+        return self.runners.get()
 
     def _client(self) -> aioredis.Redis:
         if self.redis is None:
             raise RuntimeError("the app's lifespan has not started (run it under uvicorn)")
         return self.redis
 
-    # -- webhooks (signed, or the bearer token) ------------------------------------------
+    # -- writes -------------------------------------------------------------------------
     async def start(self, request: Request) -> Response:
         """``POST /turns``: create a turn and hand it to the workers (201)."""
+        caller = caller_of(request)
+        caller.need("write")
         body = await request.body()
-        caller = self.auth.write(request.headers, body)
         payload = parse(StartBody, body)
-        metadata = _with_tenant(payload.metadata, request.headers.get(TENANT_HEADER))
+        payload.check(self.limits)
+        metadata = caller.stamp(payload.metadata)
+        if payload.webhooks:
+            metadata = {**metadata, "webhooks": [w.model_dump() for w in payload.webhooks]}
         options = AgentTurnOptions(metadata=metadata, streaming=payload.streaming)
 
         def run() -> Answer:
-            turn = self.runner.start(
-                payload.agent,
-                payload.input,
-                conversation_id=payload.conversation_id,
-                options=options,
-            )
+            try:
+                turn = self.runner.start(
+                    payload.agent,
+                    payload.input,
+                    conversation_id=payload.conversation_id,
+                    options=options,
+                    turn_id=payload.turn_id,
+                )
+            except ConcurrentModificationError:
+                if payload.turn_id is None:
+                    raise
+                return self._started_before(caller, payload)
             return 201, turn_summary(turn.state)
 
         return await self._once(request, caller, body, run)
 
+    def _started_before(self, caller: Caller, payload: StartBody) -> Answer:
+        """A start with a turn id that exists: that turn again, if it is the same start."""
+        assert payload.turn_id is not None
+        existing = self.runner.store.load(payload.turn_id)
+        if not caller.may_see(existing.metadata) or existing.agent_id != payload.agent:
+            raise ApiError(409, f"turn id {payload.turn_id!r} is taken", field="turn_id")
+        return 200, turn_summary(existing)
+
     async def resume(self, request: Request) -> Response:
         """``POST /turns/{id}/resume``: apply a resume command; a worker runs the turn."""
+        caller = caller_of(request)
+        caller.need("approve")
         turn_id = request.path_params["turn_id"]
         body = await request.body()
-        caller = self.auth.write(request.headers, body)
-        command = parse(ResumeBody, body).to_command()
+        payload = parse(ResumeBody, body)
+        payload.check(self.limits)
+        command = payload.to_command()
+        audit = {"credential": caller.name}
         if caller.request_id is not None:
-            audit = {"request_id": caller.request_id, **command.metadata}
-            command = replace(command, metadata=audit)
-        await self._turn(request, turn_id)
+            audit["request_id"] = caller.request_id
+        command = replace(command, metadata={**audit, **command.metadata})
+        await self.turn(caller, turn_id)
 
         def run() -> Answer:
             return 200, turn_summary(self.runner.submit_resume(turn_id, command).state)
@@ -95,36 +154,78 @@ class TurnsApi:
 
     async def cancel(self, request: Request) -> Response:
         """``POST /turns/{id}/cancel``: cancel the turn and its running children."""
+        caller = caller_of(request)
+        caller.need("write")
         turn_id = request.path_params["turn_id"]
         body = await request.body()
-        caller = self.auth.write(request.headers, body)
         reason = parse(CancelBody, body, empty_ok=True).reason
-        await self._turn(request, turn_id)
+        await self.turn(caller, turn_id)
 
         def run() -> Answer:
             return 200, turn_summary(self.runner.cancel(turn_id, reason).state)
 
         return await self._once(request, caller, body, run)
 
-    # -- reads ------------------------------------------------------------------------
+    # -- reads --------------------------------------------------------------------------
     async def show(self, request: Request) -> Response:
-        """``GET /turns/{id}``: status, phase, suspension, counters, result."""
-        self.auth.read(request.headers)
-        snapshot = await self._turn(request, request.path_params["turn_id"])
-        children = await run_in_threadpool(self.runner.store.children_of, snapshot.id)
+        """``GET /turns/{id}``: status, phase, suspension, counters, result, children."""
+        caller = caller_of(request)
+        snapshot = await self.turn(caller, request.path_params["turn_id"])
+        children = await run_in_threadpool(lambda: self.runner.store.children_of(snapshot.id))
         return JSONResponse(turn_summary(snapshot, children))
+
+    async def list(self, request: Request) -> Response:
+        """``GET /turns``: turns newest first, filtered, one page and the next cursor."""
+        caller = caller_of(request)
+        query = ListQuery.of(request.query_params)
+        tenant = query.tenant if caller.every_tenant else caller.tenant
+        if not caller.every_tenant and query.tenant not in (None, caller.tenant):
+            raise ApiError(403, "this credential lists its own tenant only", field="tenant")
+
+        def run() -> dict[str, Any]:
+            store = self.runner.store
+            page = list_page(store, query, tenant, store.load)
+            return {
+                "turns": [turn_summary(s) for s in page.turns],
+                "next_cursor": page.next_cursor,
+            }
+
+        return JSONResponse(await run_in_threadpool(run))
+
+    async def wait(self, request: Request) -> Response:
+        """``GET /turns/{id}/wait?until=blocked|ended&timeout=s``: long-poll for a change."""
+        caller = caller_of(request)
+        turn_id = request.path_params["turn_id"]
+        until = request.query_params.get("until", "blocked")
+        if until not in ("blocked", "ended"):
+            raise ApiError(422, "until: 'blocked' or 'ended'", field="until")
+        try:
+            timeout = min(float(request.query_params.get("timeout", "30")), MAX_WAIT_SECONDS)
+        except ValueError:
+            raise ApiError(422, "timeout: seconds", field="timeout") from None
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + max(0.0, timeout), 0.05
+        while True:
+            snapshot = await self.turn(caller, turn_id)
+            status = snapshot.status
+            reached = status.is_terminal or (until == "blocked" and status.is_blocked)
+            if reached or loop.time() >= deadline:
+                headers = {"Agentworker-Wait": "reached" if reached else "timeout"}
+                return JSONResponse(turn_summary(snapshot), headers=headers)
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            pause = min(pause * 2, 1.0)
 
     async def events(self, request: Request) -> Response:
         """``GET /turns/{id}/events``: the tree's events as SSE, from ``Last-Event-ID`` on."""
-        self.auth.read(request.headers)
-        snapshot = await self._turn(request, request.path_params["turn_id"])
+        caller = caller_of(request)
+        snapshot = await self.turn(caller, request.path_params["turn_id"])
         after = _after(request)
         root_id, client = snapshot.root_turn_id, self._client()
         if await already_over(client, self.namespace, root_id, after):
             return Response(status_code=204)  # EventSource stops reconnecting on 204
 
         async def root_ended() -> bool:
-            root = await run_in_threadpool(self.runner.store.load, root_id)
+            root = await run_in_threadpool(lambda: self.runner.store.load(root_id))
             return root.status.is_terminal
 
         if not await stream_exists(client, self.namespace, root_id) and await root_ended():
@@ -135,23 +236,41 @@ class TurnsApi:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    # -- health -------------------------------------------------------------------------
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: the process answers (no store needed)."""
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        """``GET /readyz``: 200 when the store answers, else 503 with Retry-After."""
+        try:
+            await run_in_threadpool(self.runners.get)
+            await self._client().ping()
+        except (StoreUnavailableError, OSError, aioredis.RedisError) as exc:
+            log.warning("not ready: %s", type(exc).__name__)
+            return JSONResponse(
+                {"status": "unavailable"}, status_code=503, headers={"Retry-After": "5"}
+            )
+        return JSONResponse({"status": "ready"})
+
     # -- shared -------------------------------------------------------------------------
-    async def _turn(self, request: Request, turn_id: str) -> AgentTurnSnapshot:
-        """The stored turn (404), if the caller's tenant may see it (403)."""
-        snapshot = await run_in_threadpool(self.runner.store.load, turn_id)
-        owner = snapshot.metadata.get("tenant_id")
-        if owner is not None and request.headers.get(TENANT_HEADER) != str(owner):
-            raise ApiError(403, f"turn {turn_id!r} belongs to another tenant")
+    async def turn(self, caller: Caller, turn_id: str) -> AgentTurnSnapshot:
+        """The stored turn, if the caller's tenant owns it; 404 otherwise (either way)."""
+        snapshot = await run_in_threadpool(lambda: self.runner.store.load(turn_id))
+        if not caller.may_see(snapshot.metadata):
+            raise TurnNotFoundError(turn_id)
         return snapshot
 
     async def _once(
         self, request: Request, caller: Caller, body: bytes, action: Callable[[], Answer]
     ) -> Response:
-        """Run ``action`` once per request id; a repeated delivery gets the first answer."""
+        """Run ``action`` once per tenant and request id; a repeat gets the first answer."""
         if caller.request_id is None:
             return _json(await _answer(action))
         print_ = fingerprint(request.method, request.url.path, body)
-        ledger = RequestLedger(self._client(), self.namespace)
+        ledger = RequestLedger(
+            self._client(), self.namespace, self.settings.http_idempotency_seconds
+        )
         stored = await ledger.begin(caller, print_)
         if stored is not None:
             return _json((stored.status, stored.body), replayed=True)
@@ -171,11 +290,12 @@ async def _answer(action: Callable[[], Answer]) -> Answer:
     """Run the blocking runner call; our errors become answers (so they can be stored).
 
     A turn leased by a worker is not an answer to keep: the caller is told to come back
-    (409 with Retry-After) and the same request id is then applied, not replayed.
+    (409 with Retry-After) and the same request id is then applied, not replayed. Nor is
+    an unavailable store (503).
     """
     try:
         return await run_in_threadpool(action)
-    except TurnLeasedError:
+    except (TurnLeasedError, StoreUnavailableError):
         raise
     except AgentWorkerError as exc:
         if status_of(exc) >= 500:
@@ -188,16 +308,6 @@ def _json(answer: Answer, replayed: bool = False) -> JSONResponse:
     return JSONResponse(answer[1], status_code=answer[0], headers=headers)
 
 
-def _with_tenant(metadata: dict[str, Any], tenant: str | None) -> dict[str, Any]:
-    """Stamp the caller's tenant on a new turn; a different ``tenant_id`` is refused."""
-    if tenant is None:
-        return metadata
-    given = metadata.get("tenant_id")
-    if given is not None and str(given) != tenant:
-        raise ApiError(403, f"metadata.tenant_id differs from {TENANT_HEADER}")
-    return {**metadata, "tenant_id": tenant}
-
-
 def _after(request: Request) -> str:
     """Where the event stream resumes: ``Last-Event-ID``, else ``?after=``, else the start."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
@@ -208,7 +318,10 @@ def _after(request: Request) -> str:
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
-    if status_of(exc) >= 500:
+    status = status_of(exc)
+    if status == 503:
+        log.warning("%s %s: store unavailable: %s", request.method, request.url.path, exc)
+    elif status >= 500:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return error_response(exc)
 
@@ -217,32 +330,65 @@ def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None and value.get_secret_value() else None
 
 
-def create_http_app(runner: AgentRunner, settings: Settings | None = None) -> Starlette:
-    """The ASGI app over ``runner``; needs a webhook secret or an API token configured."""
-    settings = settings or Settings()
-    secret, token = _secret(settings.webhook_secret), _secret(settings.api_token)
-    if secret is None and token is None:
+def authenticator(settings: Settings) -> Authenticator:
+    """The app's credentials: ``AGENTWORKER_CREDENTIALS`` and the older single ones."""
+    credentials = parse_credentials(_secret(settings.credentials))
+    credentials += legacy_credentials(_secret(settings.api_token), _secret(settings.webhook_secret))
+    if not credentials:
         raise ConfigurationError(
-            "the HTTP API needs AGENTWORKER_WEBHOOK_SECRET or AGENTWORKER_API_TOKEN"
+            "the HTTP API needs AGENTWORKER_CREDENTIALS (or AGENTWORKER_API_TOKEN / "
+            "AGENTWORKER_WEBHOOK_SECRET)"
         )
-    auth = Authenticator(secret, token, settings.webhook_window_seconds)
-    api = TurnsApi(runner, settings.namespace, auth)
+    return Authenticator(credentials, settings.webhook_window_seconds)
+
+
+def routes_of(api: TurnsApi) -> list[BaseRoute]:
+    """The API's routes (the console adds its own)."""
+    return [
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/readyz", api.readyz, methods=["GET"]),
+        Route("/turns", api.start, methods=["POST"]),
+        Route("/turns", api.list, methods=["GET"]),
+        Route("/turns/{turn_id}", api.show, methods=["GET"]),
+        Route("/turns/{turn_id}/wait", api.wait, methods=["GET"]),
+        Route("/turns/{turn_id}/resume", api.resume, methods=["POST"]),
+        Route("/turns/{turn_id}/cancel", api.cancel, methods=["POST"]),
+        Route("/turns/{turn_id}/events", api.events, methods=["GET"]),
+    ]
+
+
+def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> Starlette:
+    """The ASGI app over ``runner`` (or a function building it when first needed).
+
+    Needs at least one credential configured (``ConfigurationError`` otherwise).
+    """
+    from agentworker.http.console import console_routes
+    from agentworker.http.openapi import openapi_route
+
+    settings = settings or Settings()
+    auth = authenticator(settings)
+    limits = BodyLimits(settings.http_max_input_chars, settings.http_max_metadata_bytes)
+    api = TurnsApi(Runners(runner), settings.namespace, settings, limits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        api.redis = aioredis.Redis.from_url(settings.redis_url)
+        api.redis = aioredis.Redis.from_url(
+            settings.redis_url, socket_connect_timeout=2, socket_timeout=5
+        )
         try:
             yield
         finally:
             await api.redis.aclose()
             api.redis = None
 
-    routes = [
-        Route("/turns", api.start, methods=["POST"]),
-        Route("/turns/{turn_id}", api.show, methods=["GET"]),
-        Route("/turns/{turn_id}/resume", api.resume, methods=["POST"]),
-        Route("/turns/{turn_id}/cancel", api.cancel, methods=["POST"]),
-        Route("/turns/{turn_id}/events", api.events, methods=["GET"]),
-    ]
+    routes: list[BaseRoute] = [*routes_of(api), openapi_route(), *console_routes(api)]
     handlers = {ApiError: _on_error, AgentWorkerError: _on_error, Exception: _on_error}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    guard_limits = Limits(settings.http_max_body_bytes, settings.http_body_timeout_seconds)
+    app.add_middleware(Guard, auth=auth, limits=guard_limits)
+    app.state.api = api
+    app.state.auth = auth
+    return app
+
+
+__all__ = ["TurnsApi", "create_http_app"]

@@ -1,108 +1,185 @@
-"""Who may call: HMAC-signed webhooks, an optional bearer token, and request-id replay rules.
+"""Who may call, for which tenant, and what: bearer tokens, Standard Webhooks signatures.
 
-A signed call sends ``X-Agentworker-Timestamp`` (Unix seconds), ``X-Agentworker-Request-Id``
-and ``X-Agentworker-Signature: sha256=<hex>``, the HMAC-SHA256 under the webhook secret of
-``f"{request_id}.{timestamp}.{body}"`` (the Standard Webhooks layout). The request id is
-signed so a captured call cannot be replayed under a fresh id. The same request id again
-with the same method, path and body gets the first answer; with anything else it is a
-replay (409).
+Every request but the health checks needs a credential (``credentials.py``): a bearer token
+(``Authorization: Bearer <token>``, or the console's cookie) or a signature. A credential
+carries its tenant; a request acts on that tenant only, whatever headers it sends.
+
+Signed calls follow the Standard Webhooks specification: ``webhook-id`` (the request id),
+``webhook-timestamp`` (Unix seconds) and ``webhook-signature: v1,<base64>`` (several,
+space separated, during a rotation), the HMAC-SHA256 of ``f"{id}.{timestamp}.{body}"``.
+The signed body must name what the call does: a top-level ``"target": "POST /turns/x/resume"``
+equal to the request's method and path, so a signature cannot be moved to another turn
+or endpoint. The tenant is the secret's, never a header.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from redis import asyncio as aioredis
 
+from agentworker.http.credentials import ANY_TENANT, Credential
 from agentworker.http.errors import ApiError, unauthorized
 
-SIGNATURE_HEADER = "X-Agentworker-Signature"
-TIMESTAMP_HEADER = "X-Agentworker-Timestamp"
-REQUEST_ID_HEADER = "X-Agentworker-Request-Id"
+SIGNATURE_HEADER = "webhook-signature"
+TIMESTAMP_HEADER = "webhook-timestamp"
+REQUEST_ID_HEADER = "webhook-id"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: The request id header of bearer-token calls before Idempotency-Key (still accepted).
+LEGACY_REQUEST_ID_HEADER = "X-Agentworker-Request-Id"
+#: Lets an operator credential (tenant ``*``) act as one tenant; ignored for anyone else.
 TENANT_HEADER = "X-Tenant-Id"
+#: The console's session cookie: the bearer token, HttpOnly and SameSite=Strict.
+COOKIE_NAME = "agentworker_token"
 MAX_REQUEST_ID = 200
 
 
-def sign(secret: str, request_id: str, timestamp: int | str, body: bytes) -> str:
-    """The signature header value of a call: ``sha256=<hex>``."""
+def sign(secret: bytes | str, request_id: str, timestamp: int | str, body: bytes) -> str:
+    """The ``webhook-signature`` value of a call: ``v1,<base64 HMAC-SHA256>``."""
+    key = secret.encode() if isinstance(secret, str) else secret
     message = f"{request_id}.{timestamp}.".encode() + body
-    return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+    return "v1," + base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode()
 
 
 def signed_headers(
-    secret: str, body: bytes, request_id: str, timestamp: int | None = None
+    secret: bytes | str, body: bytes, request_id: str, timestamp: int | None = None
 ) -> dict[str, str]:
-    """The three headers of a signed call (for clients and tests)."""
+    """The three Standard Webhooks headers of a signed call (for clients and tests).
+
+    ``secret``: the key bytes, or a secret as configured (``whsec_<base64>`` is decoded).
+    """
+    from agentworker.http.credentials import secret_key
+
+    key = secret_key(secret) if isinstance(secret, str) else secret
     ts = int(time.time()) if timestamp is None else timestamp
     return {
-        TIMESTAMP_HEADER: str(ts),
         REQUEST_ID_HEADER: request_id,
-        SIGNATURE_HEADER: sign(secret, request_id, ts, body),
+        TIMESTAMP_HEADER: str(ts),
+        SIGNATURE_HEADER: sign(key, request_id, ts, body),
     }
+
+
+def target_of(method: str, path: str) -> str:
+    """What a signed body's ``target`` must say: ``"POST /turns/abc/resume"``."""
+    return f"{method.upper()} {path}"
 
 
 @dataclass(frozen=True)
 class Caller:
-    """An authenticated caller: how, and the request id it sent."""
+    """An authenticated caller: its credential's tenant and scopes, and its request id."""
 
     via: str
+    tenant: str
+    scopes: frozenset[str]
+    name: str = ""
     request_id: str | None = None
-    #: How long the request id (and signature) must be remembered, in seconds.
-    remember_seconds: int = 300
+
+    def need(self, scope: str) -> None:
+        """``ApiError(403)`` unless the credential carries ``scope``."""
+        if scope not in self.scopes:
+            raise ApiError(403, f"this credential lacks the {scope!r} scope")
+
+    @property
+    def every_tenant(self) -> bool:
+        """True for an operator credential acting for all tenants."""
+        return self.tenant == ANY_TENANT
+
+    def may_see(self, metadata: Mapping[str, Any]) -> bool:
+        """True when a turn with this metadata belongs to the caller's tenant."""
+        return self.every_tenant or metadata.get("tenant_id") == self.tenant
+
+    def stamp(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """A new turn's metadata with the caller's tenant; 403 if it names another."""
+        if self.every_tenant:
+            return metadata
+        given = metadata.get("tenant_id")
+        if given is not None and given != self.tenant:
+            raise ApiError(403, "metadata.tenant_id differs from the credential's tenant")
+        return {**metadata, "tenant_id": self.tenant}
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A signed call whose headers are in order; the body decides (``Authenticator.confirm``)."""
+
+    request_id: str
+    timestamp: int
+    signatures: tuple[bytes, ...]
 
 
 class Authenticator:
-    """Checks bearer tokens and webhook signatures; raises ``ApiError(401)``."""
+    """Checks credentials from headers alone, then a signed call's body; raises ``ApiError``."""
 
     def __init__(
         self,
-        secret: str | None,
-        token: str | None,
+        credentials: Sequence[Credential],
         window_seconds: float = 300.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.secret = secret
-        self.token = token
+        self.tokens = [c for c in credentials if c.kind == "token"]
+        self.secrets = [c for c in credentials if c.kind == "secret"]
         self.window = window_seconds
         self.clock = clock
 
-    def read(self, headers: Mapping[str, str]) -> Caller:
-        """Reads need the bearer token when one is configured."""
-        if self.token is None:
-            return Caller("open")
-        self._check_token(headers)
-        return Caller("token")
+    def identify(self, headers: Mapping[str, str], cookie: str | None = None) -> Caller | Pending:
+        """A token caller, or a signed call to confirm; 401 without any credential."""
+        scheme, _, value = (headers.get("authorization") or "").partition(" ")
+        if scheme:
+            if scheme.lower() != "bearer":
+                raise unauthorized("unsupported credentials: send a bearer token")
+            return self._token_caller(value.strip(), headers)
+        if headers.get(SIGNATURE_HEADER) is not None:
+            return self._pending(headers)
+        if cookie:
+            return self._token_caller(cookie, headers)
+        raise unauthorized("missing credentials: send a bearer token or a signature")
 
-    def write(self, headers: Mapping[str, str], body: bytes) -> Caller:
-        """Writes need the bearer token or a valid signature."""
-        request_id = _request_id(headers)
-        if headers.get("authorization") is not None:
-            self._check_token(headers)
-            return Caller("token", request_id, math.ceil(self.window))
-        if self.secret is None:
-            raise unauthorized("missing credentials: send a bearer token")
+    def confirm(self, pending: Pending, method: str, path: str, body: bytes) -> Caller:
+        """The signer of a signed call whose body names this method and path; else 401."""
+        message = f"{pending.request_id}.{pending.timestamp}.".encode() + body
+        signer = None
+        for credential in self.secrets:
+            digest = hmac.new(credential.value, message, hashlib.sha256).digest()
+            if any(hmac.compare_digest(digest, given) for given in pending.signatures):
+                signer = credential
+                break
+        if signer is None:
+            raise unauthorized("invalid signature")
+        if _signed_target(body) != target_of(method, path):
+            raise unauthorized(
+                f"the signed body must carry \"target\": \"{target_of(method, path)}\""
+            )
+        return Caller("signature", signer.tenant, signer.scopes, signer.name, pending.request_id)
+
+    def _token_caller(self, value: str, headers: Mapping[str, str]) -> Caller:
+        given = value.encode()
+        # Every token is compared, so timing does not tell which one nearly matched.
+        matches = [c for c in self.tokens if hmac.compare_digest(given, c.value)]
+        if not matches:
+            raise unauthorized("invalid bearer token")
+        credential = matches[0]
+        tenant = credential.tenant
+        chosen = headers.get(TENANT_HEADER)
+        if tenant == ANY_TENANT and chosen:
+            tenant = chosen
+        request_id = headers.get(IDEMPOTENCY_HEADER) or headers.get(LEGACY_REQUEST_ID_HEADER)
+        return Caller("token", tenant, credential.scopes, credential.name, _check_id(request_id))
+
+    def _pending(self, headers: Mapping[str, str]) -> Pending:
+        if not self.secrets:
+            raise unauthorized("signed calls are not configured: send a bearer token")
+        request_id = _check_id(headers.get(REQUEST_ID_HEADER))
         if request_id is None:
             raise unauthorized(f"missing {REQUEST_ID_HEADER} header")
-        timestamp = self._check_timestamp(headers.get(TIMESTAMP_HEADER))
-        self._check_signature(headers.get(SIGNATURE_HEADER), request_id, timestamp, body)
-        remember = math.ceil(timestamp + self.window - self.clock()) + 1
-        return Caller("signature", request_id, max(1, remember))
-
-    def _check_token(self, headers: Mapping[str, str]) -> None:
-        scheme, _, value = (headers.get("authorization") or "").partition(" ")
-        if self.token is None or scheme.lower() != "bearer":
-            raise unauthorized("missing or unsupported credentials")
-        if not hmac.compare_digest(value.strip().encode(), self.token.encode()):
-            raise unauthorized("invalid bearer token")
-
-    def _check_timestamp(self, raw: str | None) -> int:
+        raw = headers.get(TIMESTAMP_HEADER)
         if raw is None:
             raise unauthorized(f"missing {TIMESTAMP_HEADER} header")
         try:
@@ -111,26 +188,39 @@ class Authenticator:
             raise unauthorized(f"{TIMESTAMP_HEADER} must be Unix seconds") from None
         if abs(self.clock() - timestamp) > self.window:
             raise unauthorized(f"timestamp outside the {self.window:.0f}s window")
-        return timestamp
-
-    def _check_signature(
-        self, raw: str | None, request_id: str, timestamp: int, body: bytes
-    ) -> None:
-        assert self.secret is not None
-        if not raw:
-            raise unauthorized(f"missing {SIGNATURE_HEADER} header")
-        given = raw.strip().removeprefix("sha256=")
-        expected = sign(self.secret, request_id, timestamp, body).removeprefix("sha256=")
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise unauthorized("invalid signature")
+        return Pending(request_id, timestamp, _signatures(headers.get(SIGNATURE_HEADER, "")))
 
 
-def _request_id(headers: Mapping[str, str]) -> str | None:
-    value = headers.get(REQUEST_ID_HEADER)
+def _signatures(raw: str) -> tuple[bytes, ...]:
+    """The ``v1`` signatures of a ``webhook-signature`` header (others are skipped)."""
+    found = []
+    for part in raw.split():
+        version, _, value = part.partition(",")
+        if version != "v1":
+            continue
+        try:
+            found.append(base64.b64decode(value, validate=True))
+        except (binascii.Error, ValueError):
+            continue
+    if not found:
+        raise unauthorized(f"{SIGNATURE_HEADER} holds no v1 signature")
+    return tuple(found)
+
+
+def _signed_target(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    target = data.get("target") if isinstance(data, dict) else None
+    return target if isinstance(target, str) else None
+
+
+def _check_id(value: str | None) -> str | None:
     if value is None:
         return None
     if not 0 < len(value) <= MAX_REQUEST_ID:
-        raise unauthorized(f"{REQUEST_ID_HEADER} must be 1 to {MAX_REQUEST_ID} characters")
+        raise unauthorized(f"a request id must be 1 to {MAX_REQUEST_ID} characters")
     return value
 
 
@@ -147,22 +237,28 @@ class StoredResponse:
     body: dict[str, Any]
 
 
-class RequestLedger:
-    """Request ids already seen, with their answers, in Redis (SET NX, expiring)."""
+#: How long a claimed request id stays "being processed" if its answer never comes.
+PENDING_SECONDS = 60
 
-    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
+
+class RequestLedger:
+    """Request ids already seen per tenant, with their answers, in Redis (SET NX, expiring)."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str, remember_seconds: int) -> None:
         self.redis = client
         self.namespace = namespace
+        self.remember = remember_seconds
 
-    def _key(self, request_id: str) -> str:
-        return f"{self.namespace}:http:request:{request_id}"
+    def _key(self, caller: Caller) -> str:
+        assert caller.request_id is not None
+        tenant = hashlib.sha256(caller.tenant.encode()).hexdigest()[:16]
+        return f"{self.namespace}:http:request:{tenant}:{caller.request_id}"
 
     async def begin(self, caller: Caller, print_: str) -> StoredResponse | None:
         """Claim the request id; the stored answer if it was answered, 409 on a replay."""
-        assert caller.request_id is not None
-        key = self._key(caller.request_id)
+        key = self._key(caller)
         record = json.dumps({"fingerprint": print_, "state": "pending"})
-        if await self.redis.set(key, record, nx=True, ex=caller.remember_seconds):
+        if await self.redis.set(key, record, nx=True, ex=PENDING_SECONDS):
             return None
         seen = json.loads(_text(await self.redis.get(key)) or "{}")
         if seen.get("fingerprint") != print_:
@@ -172,17 +268,13 @@ class RequestLedger:
         return StoredResponse(int(seen["status"]), seen["body"])
 
     async def finish(self, caller: Caller, print_: str, answer: StoredResponse) -> None:
-        """Store the answer for repeated deliveries (same TTL as the claim)."""
-        assert caller.request_id is not None
+        """Store the answer for repeated deliveries."""
         record = {"fingerprint": print_, "state": "done", **asdict(answer)}
-        await self.redis.set(
-            self._key(caller.request_id), json.dumps(record), xx=True, keepttl=True
-        )
+        await self.redis.set(self._key(caller), json.dumps(record), ex=self.remember)
 
     async def abandon(self, caller: Caller) -> None:
         """Forget the claim after a server error, so the sender's retry runs again."""
-        assert caller.request_id is not None
-        await self.redis.delete(self._key(caller.request_id))
+        await self.redis.delete(self._key(caller))
 
 
 def _text(value: Any) -> str | None:

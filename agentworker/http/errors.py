@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.responses import JSONResponse
 
 from runner_core.errors import (
@@ -15,6 +17,8 @@ from runner_core.errors import (
     ConfigurationError,
     InvalidResumeError,
     LeaseLostError,
+    PayloadTooLargeError,
+    StoreUnavailableError,
     TurnLeasedError,
     TurnNotFoundError,
 )
@@ -28,6 +32,7 @@ STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (LeaseLostError, 409),
     (AgentNotFoundError, 422),
     (ConfigurationError, 422),
+    (StoreUnavailableError, 503),
     (AgentWorkerError, 500),
 )
 
@@ -39,15 +44,23 @@ FIELD_OF: dict[type[BaseException], str] = {
 
 
 _KIND = {
+    400: "BadRequest",
     401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
+    405: "MethodNotAllowed",
+    408: "RequestTimeout",
     409: "Conflict",
+    413: "PayloadTooLarge",
     422: "ValidationError",
+    503: "Unavailable",
 }
 
+#: Seconds a 503 asks the caller to wait before trying again.
+RETRY_AFTER_UNAVAILABLE = 5
 
-class ApiError(Exception):
+
+class ApiError(AgentWorkerError):
     """Raised by the HTTP layer itself: a status code, a message and maybe a field."""
 
     def __init__(self, status: int, message: str, field: str | None = None) -> None:
@@ -66,6 +79,10 @@ def status_of(exc: BaseException) -> int:
     """The status code of an error we know; 500 for anything else."""
     if isinstance(exc, ApiError):
         return exc.status
+    if isinstance(exc, PayloadTooLargeError):
+        return 422 if exc.field is not None else 413
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return 503
     for kind, status in STATUS_OF:
         if isinstance(exc, kind):
             return status
@@ -82,8 +99,13 @@ def error_body(exc: BaseException) -> dict[str, Any]:
         return {"error": error}
     if status == 500:
         return {"error": {"type": "InternalError", "message": "internal error"}}
+    if status == 503:
+        # The store's URL stays in the server log.
+        return {"error": {"type": "StoreUnavailableError", "message": "the store is unavailable"}}
     error = {"type": type(exc).__name__, "message": str(exc)}
     field = next((f for k, f in FIELD_OF.items() if isinstance(exc, k)), None)
+    if isinstance(exc, PayloadTooLargeError):
+        field = exc.field
     if field is not None:
         error["field"] = field
     return {"error": error}
@@ -94,4 +116,6 @@ def error_response(exc: BaseException) -> JSONResponse:
     headers = {}
     if isinstance(exc, TurnLeasedError):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    if status_of(exc) == 503:
+        headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
     return JSONResponse(error_body(exc), status_code=status_of(exc), headers=headers)

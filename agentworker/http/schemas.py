@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentworker.http.errors import ApiError
 from runner_core import AgentResumeCommand, AgentTurnSnapshot, AgentTurnStatus
+from runner_core.errors import PayloadTooLargeError
 
 Body = TypeVar("Body", bound=BaseModel)
+
+#: A client-chosen turn id: letters, digits, ``-`` and ``_`` (no braces: ids become keys).
+TURN_ID_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
+#: The ``target`` of a signed body (``"POST /turns/x/resume"``, see auth.py).
+TARGET_DOC = "Signed calls only: the request's method and path, e.g. 'POST /turns'."
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """Sizes a body's fields may have (``ApiError(422)`` beyond them)."""
+
+    max_input_chars: int = 200_000
+    max_metadata_bytes: int = 16_384
+
+
+class WebhookTarget(BaseModel):
+    """An outbound webhook given on start: where to, and for which events."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://", max_length=2000)
+    events: list[str] | None = None
 
 
 class StartBody(BaseModel):
@@ -23,6 +47,19 @@ class StartBody(BaseModel):
     conversation_id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     streaming: bool = False
+    #: Choose the turn's id: a retried start with the same id never makes a second turn.
+    turn_id: str | None = Field(default=None, pattern=TURN_ID_PATTERN)
+    #: Outbound webhooks of this turn only (docs/webhooks.md).
+    webhooks: list[WebhookTarget] = Field(default_factory=list, max_length=5)
+    target: str | None = Field(default=None, description=TARGET_DOC)
+
+    def check(self, limits: BodyLimits) -> None:
+        """422 when the input or the metadata is larger than allowed."""
+        if len(self.input) > limits.max_input_chars:
+            raise PayloadTooLargeError("input", len(self.input), limits.max_input_chars, "input")
+        _check_metadata(self.metadata, limits)
+
+
 
 
 class ResumeBody(BaseModel):
@@ -32,9 +69,18 @@ class ResumeBody(BaseModel):
 
     command: Literal["approve_tool", "reject_tool", "user_input", "continue_turn", "retry"]
     call_id: str | None = None
-    reason: str = ""
+    reason: str = Field(default="", max_length=10_000)
     data: str | dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    target: str | None = Field(default=None, description=TARGET_DOC)
+
+    def check(self, limits: BodyLimits) -> None:
+        """422 when the data or the metadata is larger than allowed."""
+        _check_metadata(self.metadata, limits)
+        if self.data is not None:
+            size = len(json.dumps(self.data, separators=(",", ":")).encode())
+            if size > limits.max_input_chars:
+                raise PayloadTooLargeError("data", size, limits.max_input_chars, "data")
 
     def to_command(self) -> AgentResumeCommand:
         """The runner's command; 422 when a field the command needs is missing."""
@@ -61,15 +107,36 @@ class CancelBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reason: str | None = None
+    reason: str | None = Field(default=None, max_length=10_000)
+    target: str | None = Field(default=None, description=TARGET_DOC)
+
+
+def _check_metadata(metadata: dict[str, Any], limits: BodyLimits) -> None:
+    size = len(json.dumps(metadata, separators=(",", ":")).encode())
+    if size > limits.max_metadata_bytes:
+        raise PayloadTooLargeError("metadata", size, limits.max_metadata_bytes, "metadata")
+
+
+def _no_constants(name: str) -> Any:
+    raise ApiError(422, f"{name} is not valid JSON (numbers must be finite)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        _no_constants(text)
+    return value
 
 
 def parse(model: type[Body], raw: bytes, *, empty_ok: bool = False) -> Body:
-    """Validate a JSON body; ``ApiError(422)`` naming the first bad field."""
+    """Validate a JSON body; ``ApiError(422)`` naming the first bad field.
+
+    ``NaN`` and ``Infinity`` are refused: they are not JSON, and nothing downstream takes them.
+    """
     if not raw.strip() and empty_ok:
         return model()
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_no_constants, parse_float=_finite)
     except ValueError:
         raise ApiError(422, "the body is not valid JSON") from None
     if not isinstance(data, dict):

@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from agentworker.eventstream import RedisEventBridge, read_events
-from agentworker.http import TENANT_HEADER, create_http_app, signed_headers
+from agentworker.http import TENANT_HEADER, create_http_app, signed_headers, target_of
 from agentworker.http.errors import status_of
 from agentworker.settings import Settings
 from examples.local import RedisServer
@@ -80,12 +80,17 @@ class Api:
         self.client = client
 
     def post(self, path: str, payload: Any, request_id: str | None = None, **headers: str) -> Any:
-        body = json.dumps(payload).encode()
+        body = signed_body("POST", path, payload)
         signed = signed_headers(SECRET, body, request_id or uuid.uuid4().hex)
         return self.client.post(path, content=body, headers={**signed, **headers})
 
     def get(self, path: str, **headers: str) -> Any:
         return self.client.get(path, headers={"Authorization": f"Bearer {TOKEN}", **headers})
+
+
+def signed_body(method: str, path: str, payload: Any) -> bytes:
+    """A signed body names what it does: its method and path (docs/http.md)."""
+    return json.dumps({**payload, "target": target_of(method, path)}).encode()
 
 
 @pytest.fixture
@@ -125,7 +130,9 @@ def test_the_same_resume_twice_is_one_resume(api: Api, runner: AgentRunner) -> N
     assert second.json() == first.json()
     assert second.headers["Idempotent-Replayed"] == "true"
     log = runner.store.load(turn_id).resume_log
-    assert [entry["metadata"] for entry in log] == [{"request_id": "cb-1", "approver": "u-7"}]
+    assert [entry["metadata"] for entry in log] == [
+        {"credential": "webhook_secret", "request_id": "cb-1", "approver": "u-7"}
+    ]
 
 
 def test_a_resigned_retry_gets_the_first_answer_and_another_body_is_refused(
@@ -133,7 +140,7 @@ def test_a_resigned_retry_gets_the_first_answer_and_another_body_is_refused(
 ) -> None:
     turn_id = start(api)
     path = f"/turns/{turn_id}/resume"
-    body = json.dumps({"command": "approve_tool", "call_id": "c1"}).encode()
+    body = signed_body("POST", path, {"command": "approve_tool", "call_id": "c1"})
     now = int(time.time())
     first = api.client.post(path, content=body, headers=signed_headers(SECRET, body, "cb", now - 9))
     retry = api.client.post(path, content=body, headers=signed_headers(SECRET, body, "cb", now))
@@ -189,33 +196,45 @@ def test_bad_resume_bodies_are_422_naming_the_field(api: Api, payload: Any, fiel
 
 def test_a_body_that_is_not_json_is_422(api: Api) -> None:
     body = b"{nope"
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert api.client.post("/turns", content=body, headers=bearer).status_code == 422
+    # Signed, it cannot name its target, so the signature does not cover what it does.
     headers = signed_headers(SECRET, body, "r-json")
-    assert api.client.post("/turns", content=body, headers=headers).status_code == 422
+    assert api.client.post("/turns", content=body, headers=headers).status_code == 401
 
 
 def test_unknown_turns_are_404(api: Api) -> None:
     assert api.get("/turns/nope").status_code == 404
     assert api.get("/turns/nope/events").status_code == 404
     assert api.post("/turns/nope/cancel", {}).status_code == 404
+    assert api.get("/turns/nope/wait?timeout=0").status_code == 404
     resume = api.post("/turns/nope/resume", {"command": "retry"})
     assert resume.status_code == 404 and resume.json()["error"]["type"] == "TurnNotFoundError"
 
 
-def test_a_tenants_turn_is_only_visible_to_that_tenant(api: Api, runner: AgentRunner) -> None:
-    turn_id = start(api, **{TENANT_HEADER: "acme"})
+def test_an_operator_token_may_act_as_one_tenant(http: TestClient, runner: AgentRunner) -> None:
+    # The operator credential (the legacy token, tenant "*") may pick a tenant by header;
+    # tenant credentials cannot (tests/unit/test_http_security.py).
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    acme = {**bearer, TENANT_HEADER: "acme"}
+    created = http.post("/turns", json={"agent": "pay-agent", "input": "x"}, headers=acme)
+    assert created.status_code == 201, created.text
+    turn_id = created.json()["id"]
     assert runner.store.load(turn_id).metadata == {"tenant_id": "acme"}
-    assert api.get(f"/turns/{turn_id}").status_code == 403
-    assert api.get(f"/turns/{turn_id}", **{TENANT_HEADER: "globex"}).status_code == 403
-    assert api.get(f"/turns/{turn_id}", **{TENANT_HEADER: "acme"}).status_code == 200
+    globex = {**bearer, TENANT_HEADER: "globex"}
+    assert http.get(f"/turns/{turn_id}", headers=globex).status_code == 404
+    assert http.get(f"/turns/{turn_id}", headers=acme).status_code == 200
+    assert http.get(f"/turns/{turn_id}", headers=bearer).status_code == 200
     version = runner.store.load(turn_id).version
-    cancel = api.post(f"/turns/{turn_id}/cancel", {}, **{TENANT_HEADER: "globex"})
-    assert cancel.status_code == 403
+    cancel = http.post(f"/turns/{turn_id}/cancel", headers={**bearer, TENANT_HEADER: "globex"})
+    assert cancel.status_code == 404
     assert runner.store.load(turn_id).version == version
 
 
-def test_a_start_claiming_another_tenant_is_403(api: Api) -> None:
+def test_a_start_claiming_another_tenant_is_403(http: TestClient) -> None:
     payload = {"agent": "pay-agent", "input": "x", "metadata": {"tenant_id": "globex"}}
-    assert api.post("/turns", payload, **{TENANT_HEADER: "acme"}).status_code == 403
+    headers = {"Authorization": f"Bearer {TOKEN}", TENANT_HEADER: "acme"}
+    assert http.post("/turns", json=payload, headers=headers).status_code == 403
 
 
 def test_the_bearer_token_reads_and_writes(http: TestClient, runner: AgentRunner) -> None:
@@ -280,7 +299,7 @@ def test_the_event_stream_ends_when_the_tree_ended_without_a_streamed_end(
 
 
 def test_the_app_refuses_to_run_without_credentials(runner: AgentRunner) -> None:
-    with pytest.raises(ConfigurationError, match="WEBHOOK_SECRET"):
+    with pytest.raises(ConfigurationError, match="AGENTWORKER_CREDENTIALS"):
         create_http_app(runner, Settings(webhook_secret=None, api_token=None))
 
 

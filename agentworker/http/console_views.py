@@ -1,0 +1,218 @@
+"""The console's HTML: small functions returning escaped markup (no template engine needed)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from html import escape
+from urllib.parse import urlencode
+
+from agentworker.http.auth import Caller
+from agentworker.http.listing import ListQuery
+from runner_core import AgentTurnSnapshot, AgentTurnStatus
+from runner_core.events import AgentEventType
+from runner_core.snapshot import SuspensionType
+
+EVENT_TYPES = json.dumps([t.value for t in AgentEventType])
+
+
+def _e(value: object) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _page(title: str, body: str, caller: Caller | None = None) -> str:
+    who = ""
+    if caller is not None:
+        scopes = ", ".join(sorted(caller.scopes))
+        who = (
+            f'<span class="who">tenant <b>{_e(caller.tenant)}</b> ({_e(scopes)}) '
+            '<a href="/console/logout">sign out</a></span>'
+        )
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{_e(title)} · agentworker</title>"
+        '<link rel=stylesheet href="/console/static/console.css">'
+        '<script defer src="/console/static/console.js"></script></head><body>'
+        f'<header><a href="/console" class="brand">agentworker</a>{who}</header>'
+        f"<main>{body}</main></body></html>"
+    )
+
+
+def login(error: str | None) -> str:
+    """The sign-in form: paste an API token."""
+    problem = f'<p class="error">{_e(error)}</p>' if error else ""
+    form = (
+        '<form method="post" action="/console/login" class="login">'
+        "<h1>Sign in</h1>"
+        f"{problem}"
+        '<label>API token <input type="password" name="token" id="token" required '
+        'autocomplete="off"></label>'
+        '<button type="submit" id="sign-in">Sign in</button></form>'
+    )
+    return _page("Sign in", form)
+
+
+def status_badge(status: AgentTurnStatus) -> str:
+    """A status as a coloured label."""
+    kind = "ended" if status.is_terminal else "blocked" if status.is_blocked else "running"
+    return f'<span class="status {kind}" data-status="{_e(status.value)}">{_e(status.value)}</span>'
+
+
+def home(
+    caller: Caller,
+    query: ListQuery,
+    waiting: list[AgentTurnSnapshot],
+    turns: list[AgentTurnSnapshot],
+    next_cursor: str | None,
+) -> str:
+    """The inbox, the filters and the turns list."""
+    options = "".join(
+        f'<option value="{s.value}"{" selected" if query.status is s else ""}>{s.value}</option>'
+        for s in AgentTurnStatus
+    )
+    tenant = (
+        f'<input name="tenant" placeholder="tenant" value="{_e(query.tenant)}">'
+        if caller.every_tenant
+        else ""
+    )
+    filters = (
+        '<form class="filters" method="get" action="/console">'
+        f'<select name="status"><option value="">any status</option>{options}</select>'
+        f'<input name="agent" placeholder="agent" value="{_e(query.agent)}">'
+        f'<input name="conversation" placeholder="conversation" value="{_e(query.conversation)}">'
+        f"{tenant}"
+        f'<label><input type="checkbox" name="root_only" value="true"'
+        f"{' checked' if query.root_only else ''}> roots only</label>"
+        "<button>Filter</button></form>"
+    )
+    params = urlencode(
+        {k: v for k, v in query.model_dump(exclude_none=True).items() if k != "limit" and v}
+    )
+    body = (
+        '<section id="inbox" data-live="/console/fragments/inbox">'
+        f"{inbox(caller, waiting)}</section>"
+        f"<section><h2>Turns</h2>{filters}"
+        f'<table class="turns"><thead><tr><th>turn</th><th>agent</th><th>status</th>'
+        "<th>phase</th><th>tenant</th><th>updated</th></tr></thead>"
+        f'<tbody id="turn-rows" data-live="/console/fragments/turns?{_e(params)}">'
+        f"{turn_rows(turns, next_cursor, query)}</tbody></table></section>"
+    )
+    return _page("Turns", body, caller)
+
+
+def turn_rows(turns: list[AgentTurnSnapshot], next_cursor: str | None, query: ListQuery) -> str:
+    """The rows of the turns table (and a link to the next page)."""
+    rows = "".join(
+        f'<tr data-turn="{_e(s.id)}"><td><a href="/console/turns/{_e(s.id)}">{_e(s.id[:12])}</a>'
+        f"{' ↳' if s.parent_turn_id else ''}</td><td>{_e(s.agent_id)}</td>"
+        f"<td>{status_badge(s.status)}</td><td>{_e(s.phase.value)}</td>"
+        f"<td>{_e(s.metadata.get('tenant_id', ''))}</td><td>{_when(s.updated_at)}</td></tr>"
+        for s in turns
+    )
+    if not turns:
+        rows = '<tr><td colspan="6" class="empty">no turns</td></tr>'
+    if next_cursor:
+        params = {k: v for k, v in query.model_dump(exclude_none=True).items() if v}
+        params["cursor"] = next_cursor
+        rows += (
+            f'<tr><td colspan="6"><a href="/console?{_e(urlencode(params))}">next page</a>'
+            "</td></tr>"
+        )
+    return rows
+
+
+def inbox(caller: Caller, waiting: list[AgentTurnSnapshot]) -> str:
+    """What waits for a person: each turn with its tool, arguments and the actions."""
+    ids = " ".join(s.id for s in waiting)
+    items = "".join(f'<li class="card">{waiting_card(caller, s, link=True)}</li>' for s in waiting)
+    if not waiting:
+        items = '<li class="empty">nothing waits for a person</li>'
+    return f'<h2>Inbox ({len(waiting)})</h2><ul class="inbox" data-ids="{_e(ids)}">{items}</ul>'
+
+
+def waiting_card(caller: Caller, s: AgentTurnSnapshot, link: bool = False) -> str:
+    """A blocked turn's question and, with the approve scope, its answer controls."""
+    sus = s.suspension
+    if sus is None or sus.type not in (SuspensionType.TOOL_APPROVAL, SuspensionType.USER_INPUT):
+        return ""
+    tool = sus.metadata.get("tool", "")
+    head = f'<a href="/console/turns/{_e(s.id)}">{_e(s.id[:12])}</a>' if link else _e(s.id[:12])
+    attrs = f'data-turn="{_e(s.id)}" data-call="{_e(sus.correlation_id)}"'
+    title = (
+        f'<div class="what">{head} · {_e(s.agent_id)} · tool '
+        f'<code class="tool">{_e(tool)}</code></div>'
+    )
+    if sus.type is SuspensionType.TOOL_APPROVAL:
+        args = json.dumps(sus.metadata.get("arguments", {}), indent=2, ensure_ascii=False)
+        body = f'<pre class="arguments">{_e(args)}</pre>'
+        actions = (
+            f'<div class="actions" {attrs}><input class="reason" placeholder="reason">'
+            '<button class="approve" data-command="approve_tool">Approve</button>'
+            '<button class="reject" data-command="reject_tool">Reject</button></div>'
+        )
+    else:
+        schema = json.dumps(sus.metadata.get("schema") or {}, ensure_ascii=False)
+        body = f'<p class="prompt">{_e(sus.message)}</p>'
+        actions = f'<form class="user-input" {attrs} data-schema="{_e(schema)}"></form>'
+    if "approve" not in caller.scopes:
+        actions = '<p class="note">your credential may look, not answer (no approve scope)</p>'
+    return title + body + f'<p class="error" hidden></p>{actions}'
+
+
+def turn_page(
+    caller: Caller, s: AgentTurnSnapshot, tree: list[tuple[int, AgentTurnSnapshot]]
+) -> str:
+    """A turn: its tree, what it waits for, and the live timeline of the tree's events."""
+    body = (
+        f"<h1>Turn {_e(s.id)}</h1>"
+        f'<div id="turn-body" data-live="/console/fragments/turns/{_e(s.id)}">'
+        f"{turn_body(caller, s, tree)}</div>"
+        '<section><h2>Timeline</h2><p class="legend"><span class="committed">committed</span> '
+        '<span class="provisional">provisional</span></p>'
+        f'<ol id="timeline" data-stream="/turns/{_e(s.root_turn_id)}/events" '
+        f'data-types="{_e(EVENT_TYPES)}"></ol></section>'
+    )
+    return _page(f"Turn {s.id[:12]}", body, caller)
+
+
+def turn_body(
+    caller: Caller, s: AgentTurnSnapshot, tree: list[tuple[int, AgentTurnSnapshot]]
+) -> str:
+    """The parts of the turn page that change: status, waiting card, the tree."""
+    rows = "".join(_tree_row(depth, t, t.id == s.id) for depth, t in tree)
+    waiting = waiting_card(caller, s)
+    result = ""
+    if s.status is AgentTurnStatus.COMPLETED:
+        result = f'<pre class="output">{_e(s.final_output)}</pre>'
+    elif s.error is not None:
+        result = f'<p class="error">{_e(s.error.type)}: {_e(s.error.message)}</p>'
+    if waiting:
+        waiting = f'<div class="card waiting">{waiting}</div>'
+    return (
+        f"<p>Status {status_badge(s.status)} phase <b>{_e(s.phase.value)}</b> · "
+        f"agent {_e(s.agent_id)} · v{s.version}</p>{result}{waiting}"
+        '<h2>Tree</h2><table class="tree"><thead><tr><th>turn</th><th>status</th>'
+        "<th>phase</th><th>usage (tokens)</th><th>plan</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def _tree_row(depth: int, t: AgentTurnSnapshot, current: bool) -> str:
+    plan = t.task_plan
+    progress = ""
+    if plan is not None:
+        done = sum(1 for task in plan.tasks if task.status.value == "COMPLETED")
+        progress = f"{done}/{len(plan.tasks)} {_e(plan.goal)}"
+    pad = "&nbsp;&nbsp;" * depth + ("↳ " if depth else "")
+    mark = ' class="current"' if current else ""
+    return (
+        f'<tr{mark} data-turn="{_e(t.id)}"><td>{pad}<a href="/console/turns/{_e(t.id)}">'
+        f"{_e(t.id[:12])}</a> {_e(t.agent_id)}</td><td>{status_badge(t.status)}</td>"
+        f"<td>{_e(t.phase.value)}</td><td>{t.usage.total_tokens}</td><td>{progress}</td></tr>"
+    )
