@@ -200,3 +200,10 @@ async def _serve(request: Request) -> JSONResponse:
 def openapi_route() -> Route:
     """The route of the document (public: it describes, it grants nothing)."""
     return Route("/openapi.json", _serve, methods=["GET"])
+
+
+if __name__ == "__main__":  # python -m agentworker.http.openapi > docs/openapi.json
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n")
