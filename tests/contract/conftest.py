@@ -1,8 +1,9 @@
 """Fixtures of the store contract suite: every test runs on each store.
 
 The Redis store runs against a ``redis-server`` this suite starts itself, on a free
-loopback port, with AOF on (never the Redis of the host). Tests that need Redis skip with
-a clear message when the binary is missing.
+loopback port, with AOF on (never the Redis of the host), and against a local 3-master
+Redis Cluster (``examples/local_cluster.py``, started once per session on free ports).
+Tests that need Redis skip with a clear message when the binary is missing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from examples.local import RedisServer, free_port
+from examples.local_cluster import LocalCluster
 from runner_core import AgentTurnStore, InMemoryAgentTurnStore
 from stores import RedisAgentTurnStore
 
@@ -36,6 +38,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three masters, slots assigned, ``cluster_state:ok`` everywhere."""
+    _require_binary()
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private server for tests that kill or restart it (fsync always: nothing lost)."""
@@ -51,15 +63,21 @@ def namespace() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
-def redis_store(redis_server: RedisServer, namespace: str) -> Iterator[RedisAgentTurnStore]:
-    redis_server.client().flushdb()
-    store = RedisAgentTurnStore(redis_server.url, namespace=namespace)
+@pytest.fixture(params=["redis", "cluster"])
+def redis_store(request: pytest.FixtureRequest, namespace: str) -> Iterator[RedisAgentTurnStore]:
+    """The Redis store on the standalone server (flushed) and on the cluster."""
+    if request.param == "cluster":
+        url = request.getfixturevalue("redis_cluster").url
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        server.client().flushdb()
+        url = server.url
+    store = RedisAgentTurnStore(url, namespace=namespace)
     yield store
     store.close()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     return kind
@@ -71,13 +89,17 @@ def make_store(store_kind: str, request: pytest.FixtureRequest) -> Callable[[], 
     if store_kind == "memory":
         shared = InMemoryAgentTurnStore(keep_events=True)
         return lambda: shared
-    server: RedisServer = request.getfixturevalue("redis_server")
-    server.client().flushdb()
+    if store_kind == "cluster":
+        url = request.getfixturevalue("redis_cluster").url  # a fresh namespace per test
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        server.client().flushdb()
+        url = server.url
     namespace: str = request.getfixturevalue("namespace")
     made: list[RedisAgentTurnStore] = []
 
     def make() -> AgentTurnStore:
-        made.append(RedisAgentTurnStore(server.url, namespace=namespace))
+        made.append(RedisAgentTurnStore(url, namespace=namespace))
         return made[-1]
 
     def close_all() -> None:

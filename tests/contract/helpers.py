@@ -42,3 +42,22 @@ def waiting_for(parent: AgentTurnSnapshot, *children: AgentTurnSnapshot) -> None
         correlation_id=ids[0] if len(ids) == 1 else None,
         metadata={"child_turn_ids": ids},
     )
+
+
+def commands_served(client: Any) -> dict[str, int]:
+    """Commands each Redis node has run so far (INFO commandstats, INFO itself left out).
+
+    One entry for a single server; one per master for a cluster client.
+    """
+    from stores.redis.connection import is_cluster
+
+    nodes = (
+        {n.name: n.redis_connection for n in client.get_primaries()}
+        if is_cluster(client)
+        else {"redis": client}
+    )
+    served = {}
+    for name, node in nodes.items():
+        stats = node.info("commandstats")
+        served[name] = sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+    return served

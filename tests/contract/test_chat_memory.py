@@ -21,13 +21,18 @@ from runner_core import (
 from stores import RedisAgentTurnStore
 
 
-@pytest.fixture(params=["memory", "redis"])
-def memory(request: pytest.FixtureRequest) -> Iterator[ChatMemory]:
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def memory(request: pytest.FixtureRequest, namespace: str) -> Iterator[ChatMemory]:
     if request.param == "memory":
         yield InMemoryChatMemory()
         return
-    store: RedisAgentTurnStore = request.getfixturevalue("redis_store")
+    if request.param == "cluster":
+        url = request.getfixturevalue("redis_cluster").url
+    else:
+        url = request.getfixturevalue("redis_server").url
+    store = RedisAgentTurnStore(url, namespace=namespace)
     yield store.chat_memory("conv-1")
+    store.close()
 
 
 def test_adding_is_idempotent_by_message_id(memory: ChatMemory) -> None:

@@ -95,7 +95,7 @@ def test_retention_never_expires_what_a_waiting_parent_references(
     assert redis_store.prune_partitions(grace_seconds=0) == 4
     keys = redis_store.keys
     assert redis_store.redis.exists(*keys.all_partitions(), *keys.all_retained()) == 0
-    assert sorted(redis_store.redis.keys("*")) == []
+    assert sorted(redis_store.redis.keys(f"{keys.namespace}:*")) == []
 
 
 def test_retention_keeps_recent_turns_and_a_parent_with_a_live_child(
