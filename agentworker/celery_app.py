@@ -9,13 +9,13 @@ import sys
 from typing import Any
 
 from celery import Celery, signals
-from kombu.entity import Exchange, Queue
 from pydantic import ValidationError
 
 from agentworker.broker import transport_for
+from agentworker.queues import declare_queues, task_queues
 from agentworker.reconnect import ForgetQueuedOnReconnect
-from agentworker.settings import Settings
-from runner_core import AgentWorkerError
+from agentworker.settings import Settings, is_amqp
+from runner_core import AgentWorkerError, ConfigurationError
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -39,14 +39,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # One message at a time per process: a prefetched wake-up would sit behind a long
         # step while another worker idles.
         "worker_prefetch_multiplier": 1,
-        # A step never outlives the broker's visibility timeout, or the Redis broker would
-        # hand the same message to a second worker while the first still runs it.
+        # A step never outlives the broker's hold on its message (settings check it): the
+        # Redis broker's visibility timeout, RabbitMQ's consumer_timeout.
         "task_time_limit": settings.step_time_limit,
         "task_soft_time_limit": settings.step_time_limit * 0.9,
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        "broker_transport_options": _transport_options(settings),
         # Steps and sweeps on their own queues: a backlog of steps never delays the sweeper.
-        # Both are declared, so a worker without -Q consumes both; -Q picks one.
-        "task_queues": [_queue(settings.step_queue), _queue(settings.sweep_queue)],
+        # Both are declared, so a worker without -Q consumes both; -Q picks one. On
+        # RabbitMQ: durable, classic or quorum (agentworker/queues.py).
+        "task_queues": task_queues(settings.step_queue, settings.sweep_queue, settings.queue_type),
+        # Celery 5.5+: per-consumer prefetch where a queue is a quorum queue (they refuse
+        # a global one).
+        "worker_detect_quorum_queues": True,
         "task_default_queue": settings.step_queue,
         "task_routes": {
             "agentworker.step_turn": {"queue": settings.step_queue},
@@ -78,9 +82,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _queue(name: str) -> Queue:
-    """A queue as Celery creates a missing one: its own direct exchange, routed by name."""
-    return Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+def _transport_options(settings: Settings) -> dict[str, Any]:
+    """Broker options: Redis, the visibility timeout; AMQP, publisher confirms.
+
+    With confirms, a publish returns once RabbitMQ has the message (or raises), so a
+    wake-up is never lost silently in a buffer.
+    """
+    if is_amqp(settings.broker):
+        return {"confirm_publish": True}
+    return {"visibility_timeout": settings.visibility_timeout}
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -88,21 +98,26 @@ def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings()
     celery = Celery("agentworker")
     celery.conf.update(celery_config(settings))
-    from agentworker import tasks
+    from agentworker import observability, tasks
 
     tasks.register(celery)
+    observability.install(celery)  # traces, the metrics port, JSON logs
     # After a broker reconnection, wake-ups in flight may be gone (agentworker/reconnect.py).
     celery.steps["consumer"].add(ForgetQueuedOnReconnect)
     return celery
 
 
-def check_worker_settings(**_: Any) -> None:
-    """Refuse to start a worker that could not load its agents: one line, exit status 2.
+def check_worker_settings(sender: Any = None, **_: Any) -> None:
+    """Refuse to start a worker that cannot load its agents or declare its queues.
 
+    One line, exit status 2 (a queue of another type: ``QueueTypeMismatchError``).
     Connected to ``worker_init``: beat, Flower and producers start without agents.
     """
     try:
-        Settings().load_agent_loader()
+        settings = Settings()
+        settings.load_agent_loader()
+        if sender is not None and getattr(sender, "app", None) is not None:
+            declare_queues(sender.app, settings.queue_type)
     except AgentWorkerError as exc:
         sys.stderr.write(f"agentworker: the worker cannot start: {exc}\n")
         sys.stderr.flush()
@@ -119,6 +134,8 @@ def app_from_environment() -> Celery:
     except ValidationError as exc:
         problems = "; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())
         raise SystemExit(f"agentworker: invalid settings: {problems}") from None
+    except ConfigurationError as exc:
+        raise SystemExit(f"agentworker: invalid settings: {exc}") from None
 
 
 def _problem(loc: tuple[int | str, ...], message: str) -> str:

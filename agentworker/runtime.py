@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from celery import Celery
 
+from agentworker import metrics
 from agentworker.dispatch import CeleryDispatcher
 from agentworker.eventstream import RedisEventBridge, bridge_client
 from agentworker.settings import Settings, UnsetAgentLoader
@@ -49,6 +50,7 @@ def make_runner(
         chat_memory_provider=store.chat_memory,
         policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
         dispatcher=CeleryDispatcher(app, settings.step_queue),
+        middleware=metrics.middleware(),
     )
     runner.unloadable_grace_seconds = settings.unloadable_grace_seconds
     if settings.events_enabled:

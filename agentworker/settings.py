@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, model_validator
@@ -47,10 +47,17 @@ class Settings(BaseSettings):
     unloadable_grace_seconds: float = Field(default=600.0, ge=0)
     #: Hard time limit of one step task; a step that runs longer is killed.
     step_time_limit: float = Field(default=300.0, gt=0)
-    #: Redis-broker visibility timeout; must exceed the step time limit.
+    #: Redis-broker visibility timeout; must exceed the step time limit on ``redis://``.
     visibility_timeout: float = Field(default=3600.0, gt=0)
+    #: RabbitMQ's ``consumer_timeout`` on the broker in use, in seconds (its default: 30
+    #: minutes): a delivery unacked longer closes the channel. Must exceed the step time
+    #: limit on ``amqp://``; set it to what the broker is configured with.
+    broker_consumer_timeout: float = Field(default=1800.0, gt=0)
     step_queue: str = "agentworker.steps"
     sweep_queue: str = "agentworker.sweep"
+    #: RabbitMQ queue type of both queues: ``classic``, or ``quorum`` (replicated, durable;
+    #: Celery 5.5+). A broker refuses to change the type of an existing queue.
+    queue_type: Literal["classic", "quorum"] = "classic"
     #: Append every event to a Redis Stream per turn tree (``AGENTWORKER_EVENTS``).
     events_enabled: bool = Field(default=True, validation_alias="AGENTWORKER_EVENTS")
     #: HMAC-SHA256 secret of signed calls to the HTTP API (webhooks).
@@ -77,14 +84,16 @@ class Settings(BaseSettings):
     webhooks: SecretStr | None = None
     #: Delivery attempts of one outbound webhook before it is dead-lettered.
     webhook_max_attempts: int = Field(default=8, ge=1)
+    #: A worker serves Prometheus metrics of all its processes on this port (unset: none).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: The address the metrics port listens on.
+    metrics_addr: str = "127.0.0.1"
+    #: ``json``: workers, beat and the HTTP app log one JSON object per line.
+    log_format: str = "text"
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
-        if not self.step_time_limit < self.visibility_timeout:
-            raise ValueError(
-                "step_time_limit must be below visibility_timeout, or the broker "
-                "redelivers steps that are still running"
-            )
+        check_broker_limits(self)
         return self
 
     @property
@@ -97,6 +106,57 @@ class Settings(BaseSettings):
         if not self.agent_loader:
             raise ConfigurationError(MISSING_LOADER)
         return import_loader(self.agent_loader)
+
+
+AMQP_SCHEMES = ("amqp", "amqps", "pyamqp", "librabbitmq")
+
+
+def is_amqp(broker_url: str) -> bool:
+    """Whether ``broker_url`` names a RabbitMQ (AMQP 0-9-1) broker."""
+    return broker_url.partition("://")[0].lower() in AMQP_SCHEMES
+
+
+class BrokerLimitError(ConfigurationError):
+    """Raised when a step may run longer than the broker holds its message unacked.
+
+    ``fields`` names the two settings; ``broker`` is ``amqp`` or ``redis``.
+    """
+
+    def __init__(self, broker: str, limit_field: str, limit: float, step: float) -> None:
+        consequence = (
+            "or RabbitMQ closes the channel of a step still running and redelivers it"
+            if broker == "amqp"
+            else "or the broker redelivers steps that are still running"
+        )
+        super().__init__(
+            f"AGENTWORKER_STEP_TIME_LIMIT ({step:g} s) must be below "
+            f"AGENTWORKER_{limit_field.upper()} ({limit:g} s) on a {broker} broker, {consequence}"
+        )
+        self.broker = broker
+        self.fields = ("step_time_limit", limit_field)
+
+
+def check_broker_limits(settings: Settings) -> None:
+    """The step time limit against the limit of the broker in use; quorum on AMQP only.
+
+    RabbitMQ closes a channel whose delivery stays unacked past its ``consumer_timeout``;
+    the Redis transport hands a message unacked past ``visibility_timeout`` to another
+    worker. Each broker is checked against its own limit only.
+    """
+    step = settings.step_time_limit
+    if is_amqp(settings.broker):
+        if not step < settings.broker_consumer_timeout:
+            raise BrokerLimitError(
+                "amqp", "broker_consumer_timeout", settings.broker_consumer_timeout, step
+            )
+        return
+    if settings.queue_type != "classic":
+        raise ConfigurationError(
+            f"AGENTWORKER_QUEUE_TYPE={settings.queue_type} needs a RabbitMQ broker "
+            "(amqp://); the Redis broker has one kind of queue"
+        )
+    if not step < settings.visibility_timeout:
+        raise BrokerLimitError("redis", "visibility_timeout", settings.visibility_timeout, step)
 
 
 class UnsetAgentLoader:

@@ -6,6 +6,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from agentworker import logs, metrics
 from runner_core import (
     AgentRunner,
     AgentTurn,
@@ -26,24 +27,33 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> str:
     Returns what happened, for logs and Flower: ``not-found``, ``not-runnable``,
     ``quarantined``, ``fenced`` or the turn's status after the step.
     """
+    started = time.perf_counter()
+    outcome, turn = _step_once(runner, turn_id, worker_id)
+    metrics.step_done(outcome, turn, time.perf_counter() - started)
+    return outcome
+
+
+def _step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> tuple[str, AgentTurn | None]:
     try:
         turn = runner.claim(turn_id, worker_id)
     except TurnNotFoundError:
         log.warning("step for unknown turn %s acked and dropped", turn_id)
-        return "not-found"
+        return "not-found", None
     except SnapshotCorruptedError:
-        return "quarantined"  # moved aside (and logged) by the store: never sent again
+        return "quarantined", None  # moved aside (and logged) by the store: never sent again
     if turn is None:
-        return "not-runnable"
+        return "not-runnable", None
+    metrics.claimed(turn, runner.store.now())
     try:
-        with runner.holding(turn):
+        with runner.holding(turn), logs.turn_context(turn):
             runner.step(turn, release=True)
 
     except (LeaseLostError, ConcurrentModificationError) as exc:
         log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
-        return "fenced"
+        metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
+        return "fenced", turn
     _wake_next(runner, turn)
-    return turn.status.value
+    return turn.status.value, turn
 
 
 def _wake_next(runner: AgentRunner, turn: AgentTurn) -> None:
@@ -87,6 +97,15 @@ def sweep_once(
     than the atomic fan-in) costs what is live, so it runs every ``REPAIR_SECONDS`` per
     runner, or when ``repair`` says so.
     """
+    started = time.perf_counter()
+    report = _sweep_once(runner, lost_after, limit, repair)
+    metrics.swept(time.perf_counter() - started, report.due, report.lost, report.repaired)
+    return report
+
+
+def _sweep_once(
+    runner: AgentRunner, lost_after: float, limit: int, repair: bool | None
+) -> SweepReport:
     store = runner.store
     runner.waker.retry_unsent()  # wake-ups this process could not send while Redis was down
     now = store.now()

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 
+from agentworker import observability
 from agentworker.beat import sweep_started
 from agentworker.runtime import process_runner, worker_id
 from agentworker.settings import Settings
@@ -37,6 +38,7 @@ def register(app: Celery) -> None:
         settings = Settings()
         sweep_started(settings)  # first: beat may queue the next sweep while this one runs
         report = sweep_once(process_runner(app), settings.lost_wakeup_seconds)
+        observability.read_queue_depth(app, settings.step_queue)
         if report.due or report.lost or report.repaired:
             log.info("sweep woke %s", report)
         return {"due": report.due, "lost": report.lost, "repaired": report.repaired}
