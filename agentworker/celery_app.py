@@ -55,6 +55,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_routes": {
             "agentworker.step_turn": {"queue": settings.step_queue},
             "agentworker.sweep": {"queue": settings.sweep_queue},
+            "agentworker.housekeeping": {"queue": settings.sweep_queue},
         },
         "beat_schedule": {
             "agentworker-sweep": {
@@ -63,7 +64,17 @@ def celery_config(settings: Settings) -> dict[str, Any]:
                 # No expiry: the scheduler keeps at most one sweep waiting, and a late sweep
                 # is still the one to run (an expired one would be dropped unrun).
                 "options": {"queue": settings.sweep_queue},
-            }
+            },
+            "agentworker-housekeeping": {
+                "task": "agentworker.housekeeping",
+                "schedule": settings.housekeeping_interval,
+                # A run not started within one interval is dropped (the next one does the
+                # same work), so an unconsumed schedule never piles up in the broker.
+                "options": {
+                    "queue": settings.sweep_queue,
+                    "expires": settings.housekeeping_interval,
+                },
+            },
         },
         # Sends a sweep only once the previous one has started (agentworker/beat.py).
         "beat_scheduler": "agentworker.beat:SweepScheduler",

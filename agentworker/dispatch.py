@@ -16,6 +16,8 @@ from typing import Any
 from celery import Celery
 from celery.utils import uuid
 
+from agentworker.queues import mismatch
+
 STEP_TASK = "agentworker.step_turn"
 
 
@@ -40,16 +42,24 @@ class CeleryDispatcher:
             argsrepr=f"(turn_id={turn_id!r})",
             kwargsrepr="{}",
         )
+        queue = amqp.queues[self.queue]
         with self.app.producer_pool.acquire(block=True) as producer:
-            amqp.send_task_message(
-                producer,
-                STEP_TASK,
-                message,
-                queue=amqp.queues[self.queue],
-                # The Redis transport routes by queue name with nothing declared; other
-                # brokers get the queue declared (kombu declares it once per connection).
-                declare=[] if producer.connection.transport.driver_type == "redis" else None,
-            )
+            try:
+                amqp.send_task_message(
+                    producer,
+                    STEP_TASK,
+                    message,
+                    queue=queue,
+                    # The Redis transport routes by queue name with nothing declared; other
+                    # brokers get the queue declared (kombu declares it once per connection).
+                    declare=[] if producer.connection.transport.driver_type == "redis" else None,
+                )
+            except producer.connection.channel_errors as exc:
+                configured = (queue.queue_arguments or {}).get("x-queue-type", "classic")
+                error = mismatch(exc, configured)
+                if error is None:
+                    raise
+                raise error from exc
 
 
 def _parent_ids(app: Celery) -> tuple[str | None, str | None]:

@@ -30,6 +30,14 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     #: Key prefix, so several deployments can share one Redis.
     namespace: str = "agentworker"
+    #: Buckets of the store's global partition sets (1 to 256), each in its own hash slot
+    #: of a Redis Cluster; every process of a deployment uses the same value.
+    partition_buckets: int = Field(default=16, ge=1, le=256)
+    #: Ended turns are deleted this many seconds after they ended, by the housekeeping
+    #: task; 0 keeps them forever.
+    retention_seconds: float = Field(default=7 * 24 * 3600.0, ge=0)
+    #: How often beat sends the housekeeping task (retention and partition pruning).
+    housekeeping_interval: float = Field(default=300.0, gt=0)
     #: ``package.module:attribute``: an AgentLoader, or a function returning one. No
     #: default: a worker never serves agents nobody chose.
     agent_loader: str | None = None
@@ -94,6 +102,17 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
         check_broker_limits(self)
+        return self
+
+    @model_validator(mode="after")
+    def _broker_beside_a_cluster(self) -> Settings:
+        if self.redis_url.partition("://")[0].lower() in ("redis+cluster", "rediss+cluster"):
+            if self.broker_url is None or "+cluster://" in self.broker_url.lower():
+                raise ValueError(
+                    "AGENTWORKER_REDIS_URL names a Redis Cluster: set AGENTWORKER_BROKER_URL "
+                    "to a standalone Redis or RabbitMQ (kombu's Redis transport does not "
+                    "speak Cluster)"
+                )
         return self
 
     @property

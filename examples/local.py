@@ -18,6 +18,8 @@ from pathlib import Path
 
 import redis
 
+from agentworker.queues import default_pool
+
 CELERY = str(Path(sys.executable).with_name("celery"))
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,21 +127,36 @@ class Fleet:
         logs.mkdir(parents=True, exist_ok=True)
 
     def start_worker(
-        self, name: str, concurrency: int = 1, *, pool: str = "solo", queues: str | None = None
+        self,
+        name: str,
+        concurrency: int = 1,
+        *,
+        pool: str | None = None,
+        queues: str | None = None,
     ) -> subprocess.Popen[bytes]:
-        """One worker process.
+        """One worker (a process group: with prefork, its children too).
 
-        The solo pool by default: the process that runs the step is the one to kill. No
-        ``queues`` (no ``-Q``): the worker consumes every queue the app declares.
+        The pool by default suits the broker (``agentworker.queues.default_pool``): solo on
+        Redis (one process, the one that runs the step), prefork on RabbitMQ, where the
+        solo pool stalls. No ``queues`` (no ``-Q``): it consumes every queue declared.
         """
+        pool = pool or default_pool(self.broker)
         args = [CELERY, "-A", "agentworker", "worker", "--loglevel=INFO", f"--pool={pool}"]
         args += [f"--concurrency={concurrency}", "-n", f"{name}@%h"]
         if queues is not None:
             args += ["-Q", queues]
         args += ["--without-gossip", "--without-mingle"]
-        proc = self._spawn(args, name)
+        proc = self._spawn(args, name, group=True)
         self.workers[name] = proc
         return proc
+
+    @property
+    def broker(self) -> str:
+        """The broker URL the processes use (as ``Settings.broker`` reads it)."""
+        env = self.env
+        return env.get("AGENTWORKER_BROKER_URL") or env.get(
+            "AGENTWORKER_REDIS_URL", "redis://127.0.0.1:6379/0"
+        )
 
     def start_beat(self) -> subprocess.Popen[bytes]:
         """The beat process that schedules sweeps."""
@@ -149,9 +166,12 @@ class Fleet:
         return self.beat
 
     def kill_worker(self, name: str) -> None:
-        """SIGKILL, no goodbye."""
+        """SIGKILL to the worker's process group (prefork children too), no goodbye."""
         proc = self.workers.pop(name)
-        proc.send_signal(signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait(10)
 
     def stop_beat(self) -> None:
@@ -179,9 +199,16 @@ class Fleet:
         if pending:
             raise RuntimeError(f"workers not ready: {sorted(pending)}; see {self.logs}")
 
-    def _spawn(self, args: list[str], name: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, args: list[str], name: str, *, group: bool = False) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        return subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            args,
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=group,
+        )
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
