@@ -327,6 +327,17 @@ def exposition(reg: CollectorRegistry) -> tuple[bytes, str]:
     return generate_latest(reg), CONTENT_TYPE_LATEST
 
 
+_registries: dict[int, CollectorRegistry] = {}
+
+
+def scrape(store: AgentTurnStore) -> tuple[bytes, str]:
+    """What ``GET /metrics`` of the HTTP app answers: this host's metrics and the turns."""
+    reg = _registries.get(id(store))
+    if reg is None:
+        reg = _registries[id(store)] = registry(store)
+    return exposition(reg)
+
+
 def serve(port: int, addr: str, store: AgentTurnStore | None) -> None:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread of this process."""
     from prometheus_client import start_http_server

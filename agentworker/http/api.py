@@ -33,6 +33,7 @@ from agentworker.http.schemas import (
     turn_summary,
 )
 from agentworker.http.sse import already_over, event_source, stream_exists
+from agentworker.metrics import scrape
 from agentworker.settings import Settings
 from runner_core import (
     AgentRunner,
@@ -236,6 +237,15 @@ class TurnsApi:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus metrics, fleet-wide: an operator credential's read."""
+        caller = caller_of(request)
+        caller.need("read")
+        if not caller.every_tenant:
+            raise ApiError(403, "metrics are fleet-wide: an operator credential reads them")
+        body, content_type = await run_in_threadpool(lambda: scrape(self.runner.store))
+        return Response(body, media_type=content_type)
+
     # -- health -------------------------------------------------------------------------
     async def healthz(self, request: Request) -> Response:
         """``GET /healthz``: the process answers (no store needed)."""
@@ -354,6 +364,7 @@ def routes_of(api: TurnsApi) -> list[BaseRoute]:
         Route("/turns/{turn_id}/resume", api.resume, methods=["POST"]),
         Route("/turns/{turn_id}/cancel", api.cancel, methods=["POST"]),
         Route("/turns/{turn_id}/events", api.events, methods=["GET"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
     ]
 
 
@@ -372,9 +383,9 @@ def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> S
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        api.redis = aioredis.Redis.from_url(
-            settings.redis_url, socket_connect_timeout=2, socket_timeout=5
-        )
+        from stores.redis.connection import async_client  # a cluster for redis+cluster://
+
+        api.redis = async_client(settings.redis_url, connect_timeout=2, socket_timeout=5)
         try:
             yield
         finally:
