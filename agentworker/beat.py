@@ -19,6 +19,7 @@ import redis
 from celery.beat import PersistentScheduler
 
 from agentworker.settings import Settings
+from stores.redis.connection import make_client
 
 log = logging.getLogger("agentworker.beat")
 
@@ -47,7 +48,7 @@ class SweepGate:
 @functools.lru_cache(maxsize=8)
 def sweep_gate(redis_url: str, namespace: str, sweep_interval: float) -> SweepGate:
     """The gate of one deployment (one client per process; redis-py reconnects after fork)."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    client = make_client(redis_url, socket_timeout=2.0, connect_timeout=2.0)
     return SweepGate(client, namespace, sweep_interval * PENDING_INTERVALS)
 
 

@@ -235,10 +235,11 @@ def tail(
     """Follow the live events of a turn's tree until its root ends."""
     from agentworker.eventstream import follow
     from agentworker.settings import Settings
+    from stores.redis.connection import make_client
 
     settings = Settings()
     root_id = _runner().store.load(turn_id).root_turn_id
-    client = redis.Redis.from_url(settings.redis_url)
+    client = make_client(settings.redis_url)
     for stream_id, event in follow(client, settings.namespace, root_id, after, timeout):
         data = event.get("data") or {}
         detail = data.get("tool") or data.get("reason") or data.get("message") or ""

@@ -29,6 +29,7 @@ from redis.retry import Retry
 from runner_core import AgentEvent, AgentEventType
 from runner_core.events import event_json
 from runner_core.events import event_to_dict as _event_to_dict
+from stores.redis.connection import make_client
 from stores.redis.keys import Keyspace
 
 log = logging.getLogger("agentworker.events")
@@ -223,12 +224,12 @@ _AT_ONCE = frozenset({AgentEventType.MODEL_STARTED, AgentEventType.TOOL_STARTED}
 
 
 def bridge_client(url: str, timeout: float = 2.0) -> redis.Redis:
-    """A client for the bridge: short timeouts and one quick retry, so errors come fast."""
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 1),
+    """A client for the bridge: short timeouts and one quick retry, so errors come fast.
+
+    A Redis Cluster for a ``redis+cluster://`` URL (``stores.redis.connection``).
+    """
+    return make_client(
+        url, socket_timeout=timeout, connect_timeout=timeout, retry=Retry(NoBackoff(), 1)
     )
 
 

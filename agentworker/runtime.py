@@ -67,6 +67,8 @@ def make_store(settings: Settings) -> RedisAgentTurnStore:
         namespace=settings.namespace,
         events=settings.events_enabled,
         requeue_after=settings.requeue_after_seconds,
+        retention_seconds=settings.retention_seconds or None,
+        partition_buckets=settings.partition_buckets,
     )
 
 

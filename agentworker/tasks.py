@@ -1,4 +1,4 @@
-"""The Celery tasks: ``agentworker.step_turn`` and ``agentworker.sweep``."""
+"""The Celery tasks: ``agentworker.step_turn``, ``.sweep`` and ``.housekeeping``."""
 
 from __future__ import annotations
 
@@ -42,3 +42,12 @@ def register(app: Celery) -> None:
         if report.due or report.lost or report.repaired:
             log.info("sweep woke %s", report)
         return {"due": report.due, "lost": report.lost, "repaired": report.repaired}
+
+    @app.task(name="agentworker.housekeeping", ignore_result=True, shared=False)
+    def housekeeping() -> dict[str, int]:
+        """Retention and partition pruning (agentworker/housekeeping.py); run by beat."""
+        from agentworker.housekeeping import housekeep
+
+        store: Any = process_runner(app).store
+        report = housekeep(store, Settings().retention_seconds)
+        return {"migrated": report.migrated, "expired": report.expired, "pruned": report.pruned}

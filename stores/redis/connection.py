@@ -120,10 +120,10 @@ def _host_port(item: str, shown: str) -> tuple[str, int]:
     if item.startswith("["):
         host, _, port_text = item[1:].partition("]")
         port_text = port_text.removeprefix(":")
-    else:
+    elif ":" in item:
         host, _, port_text = item.rpartition(":")
-        if not host:
-            host, port_text = port_text, ""
+    else:
+        host, port_text = item, ""
     if not host:
         raise ConfigurationError(f"a cluster URL needs host:port for every node: {shown}")
     try:

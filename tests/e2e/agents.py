@@ -31,7 +31,9 @@ PREFIX = "e2e:"
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["AGENTWORKER_REDIS_URL"])
+    from stores.redis.connection import make_client  # a cluster client for redis+cluster://
+
+    return make_client(os.environ["AGENTWORKER_REDIS_URL"])
 
 
 def executions(client: redis.Redis) -> dict[str, int]:

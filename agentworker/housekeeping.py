@@ -1,0 +1,76 @@
+"""Housekeeping of the Redis store: retention of ended turns, pruning of the partition sets.
+
+Beat sends ``agentworker.housekeeping`` every ``housekeeping_interval`` seconds to the
+sweep queue. One run moves tags of the single partition sets of earlier releases into
+their buckets, deletes turns that ended more than ``retention_seconds`` ago (never one a
+waiting parent still references, nor one with a live child), then forgets tags with
+nothing left in them, so scans that walk every tag (the repair scan, the due-index
+backfill, listings) cost what is stored, not everything that ever was.
+
+Safe to run concurrently (two workers, or a run that overlaps the next): every deletion
+is a script that checks its turn first, and every removal from a partition set is a
+compare-and-delete on the score it read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+log = logging.getLogger("agentworker.housekeeping")
+
+#: Tags are pruned once no root was created in them for this long (seconds).
+PRUNE_GRACE_SECONDS = 3600.0
+
+
+class Housekept(Protocol):
+    """What housekeeping needs of a store (``RedisAgentTurnStore`` has it)."""
+
+    def migrate_partitions(self) -> int:
+        """Move tags of the single partition sets into their buckets."""
+
+    def expire_terminal(self, older_than_seconds: float | None = None, limit: int = 1000) -> int:
+        """Delete turns that ended ``older_than_seconds`` ago; how many."""
+
+    def prune_partitions(self, grace_seconds: float = 3600.0) -> int:
+        """Forget tags with nothing left; how many entries were removed."""
+
+
+@dataclass(frozen=True)
+class HousekeepingReport:
+    """What one run did."""
+
+    migrated: int
+    expired: int
+    pruned: int
+
+
+def housekeep(
+    store: Housekept,
+    retention_seconds: float,
+    *,
+    grace_seconds: float = PRUNE_GRACE_SECONDS,
+    batch: int = 1000,
+    budget_seconds: float = 60.0,
+) -> HousekeepingReport:
+    """One run: migrate, expire in batches (at most ``budget_seconds``), prune.
+
+    ``retention_seconds`` 0 keeps every turn (the partition sets are still pruned of tags
+    whose turns are gone).
+    """
+    migrated = store.migrate_partitions()
+    expired = 0
+    if retention_seconds > 0:
+        deadline = time.monotonic() + budget_seconds
+        while True:
+            done = store.expire_terminal(retention_seconds, limit=batch)
+            expired += done
+            if done < batch or time.monotonic() > deadline:
+                break
+    pruned = store.prune_partitions(grace_seconds)
+    report = HousekeepingReport(migrated, expired, pruned)
+    if migrated or expired or pruned:
+        log.info("housekeeping: %s", report)
+    return report

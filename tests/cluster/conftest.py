@@ -1,0 +1,7 @@
+"""Fixtures of the Redis Cluster tests: the contract suite's local cluster and server."""
+
+from __future__ import annotations
+
+from tests.contract.conftest import namespace, redis_cluster, redis_server
+
+__all__ = ["namespace", "redis_cluster", "redis_server"]
