@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 STATIC = Path(__file__).parent / "static"
 INBOX = (AgentTurnStatus.WAITING_FOR_APPROVAL, AgentTurnStatus.WAITING_FOR_USER)
+LOGIN_BODY_BYTES = 4096
 #: The console's cookie lives this long (seconds); signing in again renews it.
 COOKIE_SECONDS = 8 * 3600
 
@@ -47,8 +49,7 @@ class Console:
 
     async def login(self, request: Request) -> Response:
         """``POST /console/login``: check the token, then keep it in the session cookie."""
-        form = await request.form()
-        token = str(form.get("token") or "").strip()
+        token = (await _login_form(request)).strip()
         auth = request.app.state.auth
         try:
             found = auth.identify({"authorization": f"Bearer {token}"})
@@ -144,6 +145,20 @@ class Console:
             children = store.children_of(turn_id)
             stack.extend((depth + 1, child) for child in reversed(children))
         return out
+
+
+async def _login_form(request: Request) -> str:
+    """The token of the sign-in form (urlencoded); the route is public, so read 4 KiB at most."""
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > LOGIN_BODY_BYTES:
+            raise ApiError(413, "the sign-in form is too large")
+    try:
+        values = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=5)
+    except ValueError:
+        raise ApiError(422, "the sign-in form has too many fields") from None
+    return values.get("token", [""])[0]
 
 
 def _list_params(request: Request) -> dict[str, str]:
