@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ import uvicorn
 
 from agentworker.celery_app import create_app
 from agentworker.eventstream import read_events
-from agentworker.http import TENANT_HEADER, create_http_app, sign, signed_headers
+from agentworker.http import create_http_app, sign, signed_headers, target_of
 from agentworker.runtime import make_runner
 from agentworker.settings import Settings
 from examples.local import ROOT, Fleet, RedisServer, free_port
@@ -28,7 +29,18 @@ from stores import RedisAgentTurnStore
 pytestmark = pytest.mark.e2e
 
 SECRET = "e2e-webhook-secret"
+ACME_SECRET = "whsec_ZTJlLWFjbWUtc2lnbmluZy1rZXktMDEyMzQ1Njc4OQ=="
 BEARER = {"Authorization": "Bearer tok"}
+ACME = {"Authorization": "Bearer tok-acme"}
+GLOBEX = {"Authorization": "Bearer tok-globex"}
+CREDENTIALS = json.dumps(
+    [
+        {"token": "tok", "tenant": "*", "scopes": ["read", "write", "approve"]},
+        {"token": "tok-acme", "tenant": "acme", "scopes": ["read", "write", "approve"]},
+        {"token": "tok-globex", "tenant": "globex", "scopes": ["read", "write", "approve"]},
+        {"secret": ACME_SECRET, "tenant": "acme", "scopes": ["write", "approve"]},
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +59,7 @@ def env(redis_server: RedisServer) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def settings(env: dict[str, str]) -> Settings:
     values = {k.removeprefix("AGENTWORKER_").lower(): v for k, v in env.items()}
-    return Settings(**values, webhook_secret=SECRET)
+    return Settings(**values, webhook_secret=SECRET, credentials=CREDENTIALS)
 
 
 @pytest.fixture(scope="module")
@@ -89,22 +101,33 @@ def http(base_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
+def signed_body(path: str, payload: Any) -> bytes:
+    return json.dumps({**payload, "target": target_of("POST", path)}).encode()
+
+
 def signed_post(
-    http: httpx.Client, path: str, payload: Any, request_id: str | None = None, **headers: str
+    http: httpx.Client,
+    path: str,
+    payload: Any,
+    request_id: str | None = None,
+    secret: str = SECRET,
+    **headers: str,
 ) -> httpx.Response:
-    body = json.dumps(payload).encode()
-    auth = signed_headers(SECRET, body, request_id or uuid.uuid4().hex)
+    body = signed_body(path, payload)
+    auth = signed_headers(secret, body, request_id or uuid.uuid4().hex)
     return http.post(path, content=body, headers={**auth, **headers})
 
 
-def start(http: httpx.Client, **headers: str) -> str:
+def start(http: httpx.Client, secret: str = SECRET) -> str:
     payload = {"agent": "e2e-approval", "input": f"pay {uuid.uuid4().hex[:6]}"}
-    answer = signed_post(http, "/turns", payload, **headers)
+    answer = signed_post(http, "/turns", payload, secret=secret)
     assert answer.status_code == 201, answer.text
     return str(answer.json()["id"])
 
 
-def wait_for(http: httpx.Client, turn_id: str, status: str, **headers: str) -> dict[str, Any]:
+def wait_for(
+    http: httpx.Client, turn_id: str, status: str, headers: dict[str, str] = BEARER
+) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         turn: dict[str, Any] = http.get(f"/turns/{turn_id}", headers=headers).json()
@@ -133,40 +156,44 @@ def test_an_approval_flow_driven_only_over_http(http: httpx.Client) -> None:
 
 
 def test_refused_calls_change_nothing(http: httpx.Client, store: RedisAgentTurnStore) -> None:
-    # Given a tenant's turn waiting for approval
-    tenant = {TENANT_HEADER: "acme"}
-    turn_id = start(http, **tenant)
-    waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL", **tenant)
+    # Given acme's turn, started by acme's signed call, waiting for approval
+    turn_id = start(http, ACME_SECRET)
+    waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL", ACME)
+    assert waiting["metadata"]["tenant_id"] == "acme"
     before = store.load(turn_id)
     path = f"/turns/{turn_id}/resume"
-    body = json.dumps(approve(waiting)).encode()
+    body = signed_body(path, approve(waiting))
     now = int(time.time())
 
-    def post(request_id: str, signature: str, ts: int = now, **headers: str) -> int:
-        auth = {
-            "X-Agentworker-Timestamp": str(ts),
-            "X-Agentworker-Signature": signature,
-            "X-Agentworker-Request-Id": request_id,
-        }
-        answer = http.post(path, content=body, headers={**auth, **tenant, **headers})
+    def post(request_id: str, signature: str, ts: int = now, to: str = path, **more: str) -> int:
+        auth = {"webhook-timestamp": str(ts), "webhook-signature": signature}
+        headers = {**auth, "webhook-id": request_id, **more}
+        answer = http.post(to, content=body, headers=headers)
         assert answer.status_code < 500, answer.text
         return answer.status_code
 
-    # When callers send bad signatures, a stale timestamp or the wrong tenant
-    assert post("r-bad", sign("not-the-secret", "r-bad", now, body)) == 401
-    assert post("r-zero", "sha256=" + "0" * 64) == 401
-    assert post("r-stale", sign(SECRET, "r-stale", now - 301, body), now - 301) == 401
-    globex = {TENANT_HEADER: "globex"}
-    assert post("r-tenant", sign(SECRET, "r-tenant", now, body), **globex) == 403
-    cancel = {**signed_headers(SECRET, b"", "r-cancel"), **globex}
-    assert http.post(f"/turns/{turn_id}/cancel", headers=cancel).status_code == 403
-    assert http.get(f"/turns/{turn_id}", headers=globex).status_code == 403
+    # When callers send bad signatures or a stale timestamp
+    assert post("r-bad", sign(b"not-the-secret", "r-bad", now, body)) == 401
+    assert post("r-zero", "v1," + "A" * 44) == 401
+    stale = signed_headers(ACME_SECRET, body, "r-stale", now - 301)["webhook-signature"]
+    assert post("r-stale", stale, now - 301) == 401
+    # or move a good signature to another turn or endpoint
+    moved = signed_headers(ACME_SECRET, body, "r-moved", now)["webhook-signature"]
+    assert post("r-moved", moved, to=f"/turns/{turn_id}/cancel") == 401
+    other = start(http, ACME_SECRET)
+    assert post("r-moved", moved, to=f"/turns/{other}/resume") == 401
+    # or come from another tenant, whatever header they send
+    globex = {**GLOBEX, "X-Tenant-Id": "acme"}
+    assert http.post(f"/turns/{turn_id}/cancel", headers=globex).status_code == 404
+    assert http.get(f"/turns/{turn_id}", headers=globex).status_code == 404
+    assert http.get(f"/turns/{turn_id}", headers={"X-Tenant-Id": "acme"}).status_code == 401
     # and reuse a request id, spent on a resume that did not fit, for another body
     wrong = signed_post(
-        http, path, {"command": "approve_tool", "call_id": "c9"}, "r-used", **tenant
+        http, path, {"command": "approve_tool", "call_id": "c9"}, "r-used", ACME_SECRET
     )
     assert wrong.status_code == 409 and "is not the one waiting" in wrong.text
-    assert post("r-used", sign(SECRET, "r-used", now, body)) == 409
+    used = signed_headers(ACME_SECRET, body, "r-used", now)["webhook-signature"]
+    assert post("r-used", used) == 409
     # Then nothing changed
     after = store.load(turn_id)
     assert (after.version, after.status, after.cancel_requested, after.resume_log) == (
@@ -176,12 +203,12 @@ def test_refused_calls_change_nothing(http: httpx.Client, store: RedisAgentTurnS
         [],
     )
     # And a good call works, while its captured signature under a fresh id does not
-    good = sign(SECRET, "r-good", now, body)
+    good = signed_headers(ACME_SECRET, body, "r-good", now)["webhook-signature"]
     assert post("r-good", good) == 200
     assert post("r-replay", good) == 401
     log = store.load(turn_id).resume_log
     assert [entry["metadata"]["request_id"] for entry in log] == ["r-good"]
-    wait_for(http, turn_id, "COMPLETED", **tenant)
+    wait_for(http, turn_id, "COMPLETED", ACME)
 
 
 def test_the_same_signed_callback_twice_is_one_resume(
@@ -189,7 +216,7 @@ def test_the_same_signed_callback_twice_is_one_resume(
 ) -> None:
     turn_id = start(http)
     waiting = wait_for(http, turn_id, "WAITING_FOR_APPROVAL")
-    body = json.dumps(approve(waiting)).encode()
+    body = signed_body(f"/turns/{turn_id}/resume", approve(waiting))
     headers = signed_headers(SECRET, body, "callback-1")
 
     first = http.post(f"/turns/{turn_id}/resume", content=body, headers=headers)
@@ -208,7 +235,7 @@ def read_sse(
     """Read SSE messages until ``stop_after`` (then drop the connection) or the end."""
     headers = {"Last-Event-ID": last_id} if last_id else {}
     got: list[tuple[str, dict[str, Any]]] = []
-    with http.stream("GET", f"/turns/{turn_id}/events", headers=headers) as response:
+    with http.stream("GET", f"/turns/{turn_id}/events", headers={**BEARER, **headers}) as response:
         assert response.status_code == 200
         fields: dict[str, str] = {}
         for line in response.iter_lines():
@@ -245,8 +272,32 @@ def test_the_event_stream_resumes_after_a_disconnect_without_gaps(
     assert len(set(sequences)) == len(sequences)  # provisional ones repeat the last
     assert {e["data"]["status"] for _, e in rest} >= {"RUNNING", "COMPLETED"}
     # and a reconnect after the end is told there is nothing more
-    ended = http.get(f"/turns/{turn_id}/events", headers={"Last-Event-ID": rest[-1][0]})
+    ended = http.get(f"/turns/{turn_id}/events", headers={**BEARER, "Last-Event-ID": rest[-1][0]})
     assert ended.status_code == 204
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def anonymous_post(port: int, announced: int, send: int) -> tuple[bytes, float]:
+    """Announce ``announced`` bytes, send up to ``send`` of them; (answer, seconds to it)."""
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        head = f"POST /turns HTTP/1.1\r\nHost: x\r\nContent-Length: {announced}\r\n\r\n"
+        sock.sendall(head.encode())
+        chunk, sent = b"x" * (1 << 20), 0
+        try:
+            while sent < send:
+                sock.sendall(chunk[: min(len(chunk), send - sent)])
+                sent += len(chunk)
+        except OSError:
+            pass  # the server answered and closed while we were still sending: good
+        answer = sock.recv(65536)
+        return answer, time.monotonic() - t0
 
 
 def test_uvicorn_serves_the_module_level_app_from_the_environment(
@@ -270,6 +321,21 @@ def test_uvicorn_serves_the_module_level_app_from_the_environment(
             raise AssertionError(log.read_text())
         assert answer.status_code == 404, answer.text
         assert httpx.get(f"http://127.0.0.1:{port}/turns/nope").status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+
+        # An anonymous 100 MB POST is answered 401 without being read into memory
+        before = rss_mib(proc.pid)
+        answer_100, seconds_100 = anonymous_post(port, 100 << 20, 100 << 20)
+        after = rss_mib(proc.pid)
+        # and one that announces 100 MB and sends 1 KB is answered at once, not held open
+        answer_1k, seconds_1k = anonymous_post(port, 100 << 20, 1024)
+        print(
+            f"RSS {before:.0f} -> {after:.0f} MiB around an anonymous 100 MB POST "
+            f"({seconds_100:.2f} s to its 401); announce 100 MB, send 1 KB: {seconds_1k:.2f} s"
+        )
+        assert answer_100.startswith(b"HTTP/1.1 401") and answer_1k.startswith(b"HTTP/1.1 401")
+        assert after - before < 20
+        assert seconds_1k < 2
     finally:
         proc.terminate()
         proc.wait(10)
