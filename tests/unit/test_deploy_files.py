@@ -66,7 +66,8 @@ DURATION = re.compile(r"^(\d+(\.\d+)?(us|ms|s|m|h))+$")
 SERVICE_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 PROFILE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
-CELERY_SERVICES = {"worker": "worker", "beat": "beat", "flower": "flower"}
+# Flower runs behind its gate, which starts `celery -A agentworker flower` itself.
+CELERY_SERVICES = {"worker": "worker", "beat": "beat"}
 APP_SERVICES = ("worker", "beat", "http", "flower", "producer")
 LONG_RUNNING = ("redis", "worker", "beat", "http", "flower")
 INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(?:(:?[-?])([^}]*))?\}")
@@ -391,6 +392,20 @@ def test_flower_requires_basic_auth_from_the_environment(
     assert flower["ports"] == ["127.0.0.1:5555:5555"]
 
 
+def test_flower_is_behind_the_gate_so_metrics_are_not_anonymous(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    # Flower answers /metrics and /healthcheck without its password: it must not own the
+    # published port. The gate does (basic auth on every path; tests/e2e/test_flower.py).
+    from agentworker.http import flower_gate
+
+    flower = services["flower"]
+    assert argv(flower)[:3] == ["python", "-m", "agentworker.http.flower_gate"]
+    assert flower_gate.__name__ == "agentworker.http.flower_gate"
+    port = flower["ports"][0].rsplit(":", 1)[1]
+    assert port == flower["environment"].get("FLOWER_GATE_PORT", "5555")
+
+
 def test_producer_module_exists_and_is_copied_into_the_image(
     services: dict[str, dict[str, Any]],
 ) -> None:
@@ -406,7 +421,12 @@ def test_the_x_anchor_gives_every_app_service_the_same_environment(
 ) -> None:
     shared = compose["x-agentworker-env"]
     assert isinstance(shared, dict) and shared
-    own = {"FLOWER_BASIC_AUTH", "AGENTWORKER_WEBHOOK_SECRET", "AGENTWORKER_API_TOKEN"}
+    own = {
+        "FLOWER_BASIC_AUTH",
+        "AGENTWORKER_WEBHOOK_SECRET",
+        "AGENTWORKER_API_TOKEN",
+        "AGENTWORKER_CREDENTIALS",
+    }
     for name in APP_SERVICES:
         env = {k: v for k, v in services[name]["environment"].items() if k not in own}
         assert env == shared, name
