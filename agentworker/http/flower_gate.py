@@ -97,6 +97,17 @@ def _keep(items: Any) -> dict[str, str]:
     return {k: v for k, v in items if k.lower() not in HOP_BY_HOP}
 
 
+def _die_with_parent() -> None:
+    """Flower gets SIGTERM when the gate dies, however it dies (Linux; else a no-op)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str]) -> int:
     """Start Flower on loopback and serve the gate until either stops."""
     import uvicorn
@@ -118,7 +129,8 @@ def main(argv: list[str]) -> int:
             "--address=127.0.0.1",
             f"--port={upstream_port}",
             *argv,
-        ]
+        ],
+        preexec_fn=_die_with_parent,
     )
     app = create_gate(f"http://127.0.0.1:{upstream_port}", credentials)
     server = uvicorn.Server(uvicorn.Config(app, host="0.0.0.0", port=port, log_level="warning"))
