@@ -1,0 +1,222 @@
+"""A real fleet on RabbitMQ: prefork workers, the store on a private redis-server.
+
+Skipped when no RabbitMQ answers at ``AGENTWORKER_TEST_AMQP_URL`` (default: guest on
+127.0.0.1:5672). Each test gets a vhost of its own (``rabbitmqctl``), or, where
+rabbitmqctl cannot reach the node, queues named for the test on the default vhost; both
+are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from kombu import Connection
+
+from examples.local import Fleet, RedisServer
+from runner_core import (
+    AgentResumeCommand,
+    AgentRunner,
+    AgentTurnSnapshot,
+    AgentTurnStatus,
+    ToolMessage,
+)
+from tests.e2e.agents import PREFIX, executions
+from tests.e2e.test_fleet import RETRYING, producer
+
+pytestmark = pytest.mark.e2e
+
+WAITING = {AgentTurnStatus.WAITING_FOR_APPROVAL, AgentTurnStatus.WAITING_FOR_USER}
+
+AMQP_URL = os.environ.get("AGENTWORKER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with Connection(url, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: no broker to test against
+        return False
+
+
+requires_rabbitmq = pytest.mark.skipif(
+    not _reachable(AMQP_URL + "%2F"),
+    reason=f"RabbitMQ is not reachable at {AMQP_URL} (set AGENTWORKER_TEST_AMQP_URL)",
+)
+
+
+def _rabbitmqctl(*args: str) -> bool:
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        return False
+    done = subprocess.run([ctl, *args], capture_output=True, timeout=60, check=False)
+    return done.returncode == 0
+
+
+@pytest.fixture()
+def broker_url() -> Iterator[str]:
+    """A vhost of this test's own, or (no rabbitmqctl) the default one."""
+    vhost = "agentworker-e2e-" + uuid.uuid4().hex[:8]
+    if _rabbitmqctl("add_vhost", vhost):
+        _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        try:
+            yield AMQP_URL + quote(vhost, safe="")
+        finally:
+            _rabbitmqctl("delete_vhost", vhost)
+    else:
+        yield AMQP_URL + "%2F"
+
+
+@pytest.fixture()
+def rabbit_env(
+    broker_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
+    """Workers' and producer's settings: RabbitMQ broker, queues named for this test."""
+    tag = uuid.uuid4().hex[:8]
+    env = {
+        "AGENTWORKER_REDIS_URL": redis_server.url,
+        "AGENTWORKER_BROKER_URL": broker_url,
+        "AGENTWORKER_NAMESPACE": "e2e-rmq-" + tag,
+        "AGENTWORKER_AGENT_LOADER": "tests.e2e.agents:loader",
+        "AGENTWORKER_LEASE_SECONDS": "2",
+        "AGENTWORKER_SWEEP_INTERVAL": "0.5",
+        "AGENTWORKER_LOST_WAKEUP_SECONDS": "2",
+        "AGENTWORKER_STEP_TIME_LIMIT": "30",
+        "AGENTWORKER_STEP_QUEUE": f"agentworker.steps.{tag}",
+        "AGENTWORKER_SWEEP_QUEUE": f"agentworker.sweep.{tag}",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield env
+    with Connection(broker_url, connect_timeout=5) as conn:  # the default vhost's case
+        channel = conn.channel()
+        for name in (env["AGENTWORKER_STEP_QUEUE"], env["AGENTWORKER_SWEEP_QUEUE"]):
+            channel.queue_delete(name)
+            channel.exchange_delete(name)
+
+
+@pytest.fixture()
+def rabbit_fleet(
+    rabbit_env: dict[str, str], tmp_path: Path, redis_server: RedisServer
+) -> Iterator[Fleet]:
+    redis_server.client().flushall()
+    fleet = Fleet(rabbit_env, tmp_path / "logs")
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def _drive(runner: AgentRunner, turn_ids: list[str], timeout: float) -> dict[str, Any]:
+    """Like ``test_fleet.drive``, with a light status read first.
+
+    150 full loads every 0.1 s would take the workers' CPU on a small machine.
+    """
+    deadline = time.monotonic() + timeout
+    final: dict[str, Any] = {}
+    while len(final) < len(turn_ids) and time.monotonic() < deadline:
+        for turn_id in turn_ids:
+            if turn_id in final:
+                continue
+            status = runner.store.peek(turn_id).status
+            if status.is_terminal:
+                final[turn_id] = runner.store.load(turn_id)
+            elif status in WAITING:
+                _answer(runner, runner.store.load(turn_id))
+        time.sleep(0.1)
+    missing = [t for t in turn_ids if t not in final]
+    assert not missing, f"{len(missing)} turns not finished after {timeout}s"
+    return final
+
+
+def _answer(runner: AgentRunner, s: AgentTurnSnapshot) -> None:
+    """Play the human: approve, or fill the form."""
+    if s.suspension is None:
+        return
+    if s.status is AgentTurnStatus.WAITING_FOR_APPROVAL:
+        command = AgentResumeCommand.approve_tool(s.suspension.correlation_id or "")
+        runner.submit_resume(s.id, command.with_metadata(approver="e2e"))
+    else:
+        runner.submit_resume(s.id, AgentResumeCommand.user_input({"city": "Oslo"}))
+
+
+def _owner(fleet: Fleet, child_pid: int) -> str:
+    """The fleet worker whose process (a prefork parent) runs ``child_pid``."""
+    stat = Path(f"/proc/{child_pid}/stat").read_text()
+    parent = int(stat.rsplit(")", 1)[1].split()[1])
+    for name, proc in fleet.workers.items():
+        if child_pid == proc.pid or parent == proc.pid:
+            return name
+    raise AssertionError(f"no fleet worker runs pid {child_pid}")
+
+
+@requires_rabbitmq
+def test_150_turns_with_a_worker_killed_mid_step_lose_and_double_nothing(
+    rabbit_fleet: Fleet, rabbit_env: dict[str, str], redis_server: RedisServer
+) -> None:
+    # Given two prefork workers and beat on RabbitMQ (the launcher's pool for amqp://)
+    rabbit_fleet.start_worker("w1")
+    rabbit_fleet.start_worker("w2")
+    rabbit_fleet.start_beat()
+    rabbit_fleet.wait_ready()
+    assert "(prefork)" in (rabbit_fleet.logs / "w1.log").read_text()
+    runner = producer()
+    kinds = ["e2e-charges"] * 40 + ["e2e-tools"] * 40 + ["e2e-parent"] * 12
+    kinds += ["e2e-approval"] * 20 + ["e2e-form"] * 15 + ["e2e-flaky"] * 22
+    started = time.monotonic()
+    ids = {runner.start(k, f"job {i}", options=RETRYING).id: k for i, k in enumerate(kinds[::2])}
+    slow = runner.start("e2e-slow", "the step to kill").id
+    ids[slow] = "e2e-slow"
+    ids |= {runner.start(k, f"job {i}", options=RETRYING).id: k for i, k in enumerate(kinds[1::2])}
+    assert len(ids) == 150
+
+    # When the worker running the slow tool is killed with SIGKILL mid-step, and restarted
+    client = redis_server.client()
+    deadline = time.monotonic() + 30
+    while not client.get(f"{PREFIX}slow-started:{slow}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lease = runner.store.peek(slow).lease
+    assert lease is not None, "the slow tool never started"
+    victim = _owner(rabbit_fleet, int(lease.owner.rsplit(":", 1)[1]))
+    rabbit_fleet.kill_worker(victim)
+    running = sum(not runner.store.peek(t).status.is_terminal for t in ids)
+    rabbit_fleet.start_worker("w3")
+    final = _drive(runner, list(ids), timeout=90)
+    elapsed = time.monotonic() - started
+
+    # Then every turn completed, with the expected answers ...
+    assert running > 20, "the kill came too late to be mid-run"
+    statuses = Counter(s.status for s in final.values())
+    assert statuses == {AgentTurnStatus.COMPLETED: 150}, statuses
+    outputs = {
+        "e2e-tools": "done: recorded a | recorded b",
+        "e2e-approval": "done: paid 5.0",
+        "e2e-form": 'done: shipping to {"city": "Oslo"}',
+        "e2e-parent": "parts: COMPLETED, COMPLETED, COMPLETED",
+        "e2e-slow": "done: recorded s | recorded after",
+        "e2e-flaky": "worked after 2 failures",
+    }
+    for turn_id, kind in ids.items():
+        s = final[turn_id]
+        if kind in outputs:
+            assert s.final_output == outputs[kind], (kind, s.final_output)
+        calls = [m.call_id for m in s.messages if isinstance(m, ToolMessage)]
+        assert len(calls) == len(set(calls)), turn_id  # each call answered once
+    # ... no recorded side effect ran twice (the killed call never recorded) ...
+    runs = executions(client)
+    assert len(runs) == 40 * 2 + 12 * 3 + 20 + 15 + 2
+    assert set(runs.values()) == {1}, {k: v for k, v in runs.items() if v != 1}
+    # ... and every idempotent charge was applied exactly once
+    effects = [int(client.get(k) or 0) for k in client.keys(PREFIX + "effect:*")]
+    assert len(effects) == 40 * 5 and set(effects) == {1}
+    print(f"150 turns on RabbitMQ with {victim} killed mid-step: {elapsed:.1f} s")
