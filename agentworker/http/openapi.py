@@ -1,71 +1,23 @@
-"""``GET /openapi.json``: the API described from the same pydantic models that validate it."""
+"""``GET /openapi.json``: the API described from the same pydantic models that validate it.
+
+Request bodies are the models the routes validate with; answers are the models the typed
+client (``agentworker.client``) parses them into.
+"""
 
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agentworker.client import TurnPage, TurnView
 from agentworker.http.listing import ListQuery
 from agentworker.http.schemas import CancelBody, ResumeBody, StartBody
-
-
-class Counters(BaseModel):
-    """How far a turn went."""
-
-    iterations: int
-    steps: int
-    tool_calls: int
-    retries: int
-
-
-class Usage(BaseModel):
-    """Tokens a turn used."""
-
-    input_tokens: int
-    output_tokens: int
-    total_tokens: int
-
-
-class TurnView(BaseModel):
-    """A turn as the API shows it (``schemas.turn_summary``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    root_turn_id: str
-    parent_turn_id: str | None
-    agent_id: str
-    agent_version: str | None
-    conversation_id: str | None
-    status: str
-    phase: str
-    version: int
-    suspension: dict[str, Any] | None
-    next_runnable_at: float | None
-    counters: Counters
-    usage: Usage
-    progress: dict[str, Any] | None
-    final_output: str | None
-    error: dict[str, Any] | None
-    terminal_reason: str | None
-    cancel_requested: bool
-    metadata: dict[str, Any]
-    children: list[str]
-    created_at: float
-    updated_at: float
-
-
-class TurnPage(BaseModel):
-    """``GET /turns``: one page and the cursor of the next (null at the end)."""
-
-    turns: list[TurnView]
-    next_cursor: str | None
 
 
 class ErrorDetail(BaseModel):

@@ -339,3 +339,27 @@ def test_uvicorn_serves_the_module_level_app_from_the_environment(
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_typed_client_drives_a_turn_through_approval(base_url: str) -> None:
+    from agentworker.client import AgentworkerClient, HttpApiError
+
+    acme = AgentworkerClient(base_url, token="tok-acme")
+    signer = AgentworkerClient(base_url, secret=ACME_SECRET)
+    turn_id = "client-" + uuid.uuid4().hex[:12]
+    # Given a start sent twice with the same turn id (a retry after a lost answer)
+    first = signer.start("e2e-approval", "pay 5", turn_id=turn_id)
+    again = acme.start("e2e-approval", "pay 5", turn_id=turn_id)
+    assert first.id == again.id == turn_id and first.metadata["tenant_id"] == "acme"
+    # When the workers run it into its approval, and the client approves
+    waiting = acme.wait(turn_id, timeout=20)
+    assert waiting.status == "WAITING_FOR_APPROVAL" and waiting.suspension is not None
+    signer.approve(turn_id, waiting.suspension["correlation_id"], reason="ok")
+    # Then it ends, and the listing has it once
+    done = acme.wait(turn_id, until="ended", timeout=20)
+    assert done.status == "COMPLETED" and done.final_output == "done: paid 5.0"
+    assert [t.id for t in acme.iter_turns(tree=turn_id)] == [turn_id]
+    # And another tenant's client is told the turn does not exist
+    with pytest.raises(HttpApiError) as missing:
+        AgentworkerClient(base_url, token="tok-globex").get(turn_id)
+    assert (missing.value.status, missing.value.type) == (404, "TurnNotFoundError")
