@@ -42,6 +42,17 @@ def available() -> bool:
     return importlib.util.find_spec("prometheus_client") is not None
 
 
+def use_multiprocess_values() -> None:
+    """Metrics built from now on write to ``PROMETHEUS_MULTIPROC_DIR``, set just now.
+
+    ``prometheus_client`` picks its value class when first imported, and Celery's command
+    line imports it before any app code runs (it loads Flower's command, which imports it).
+    """
+    from prometheus_client import values
+
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+
+
 @dataclass(frozen=True)
 class Metrics:
     """Every metric this package records (built once per process by ``metrics()``)."""
@@ -355,7 +366,7 @@ def process_ended(pid: int) -> None:
 
 
 def queue_size(app: Any, queue: str) -> int:
-    """Messages waiting in ``queue`` on the app's broker (a passive declare)."""
+    """Messages waiting in ``queue`` on the app's broker (declared as the app declares it)."""
     with app.connection_for_read() as conn:
-        ok = conn.default_channel.queue_declare(queue=queue, passive=True)
+        ok = app.amqp.queues[queue].bind(conn.default_channel).queue_declare()
         return int(ok.message_count)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tempfile
 import time
 from typing import Any
@@ -59,11 +58,8 @@ def start_worker_metrics(settings: Settings) -> None:
                     "pip install 'agentworker[metrics]'")
         return
     if not os.environ.get(metrics.MULTIPROC_DIR):
-        if "prometheus_client" in sys.modules:
-            log.warning("%s is unset and prometheus_client is already imported: a prefork "
-                        "worker's children will not be counted", metrics.MULTIPROC_DIR)
-        else:
-            os.environ[metrics.MULTIPROC_DIR] = tempfile.mkdtemp(prefix="agentworker-metrics-")
+        os.environ[metrics.MULTIPROC_DIR] = tempfile.mkdtemp(prefix="agentworker-metrics-")
+        metrics.use_multiprocess_values()
     from agentworker.runtime import make_store
 
     assert settings.metrics_port is not None

@@ -25,8 +25,8 @@ from runner_core import (  # noqa: E402
     AgentTurnOptions,
     AgentTurnStatus,
     InMemoryAgentLoader,
+    tracing,
 )
-from runner_core import tracing  # noqa: E402
 from tests.observed_agents import MODEL, POLICY, ROOT, agents, memory_fail_once  # noqa: E402
 
 _exporter = InMemorySpanExporter()
