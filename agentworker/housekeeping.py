@@ -55,7 +55,7 @@ def housekeep(
     batch: int = 1000,
     budget_seconds: float = 60.0,
 ) -> HousekeepingReport:
-    """One run: migrate, expire in batches (at most ``budget_seconds``), prune.
+    """One run: migrate, expire in batches until one deletes nothing (or the budget), prune.
 
     ``retention_seconds`` 0 keeps every turn (the partition sets are still pruned of tags
     whose turns are gone).
@@ -67,7 +67,8 @@ def housekeep(
         while True:
             done = store.expire_terminal(retention_seconds, limit=batch)
             expired += done
-            if done < batch or time.monotonic() > deadline:
+            # a short batch may only mean another run took some of it: stop at none
+            if not done or time.monotonic() > deadline:
                 break
     pruned = store.prune_partitions(grace_seconds)
     report = HousekeepingReport(migrated, expired, pruned)

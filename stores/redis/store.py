@@ -123,9 +123,13 @@ class RedisAgentTurnStore:
         base, at = self._clock
         mono = time.monotonic()
         if mono - at > self.clock_sync_seconds:
-            with self.guard:
-                seconds, micros = self.redis.time()
-            after = time.monotonic()
+            for _ in range(2):  # a slow reading (a new connection: a cluster node) again
+                with self.guard:
+                    seconds, micros = self.redis.time()
+                after = time.monotonic()
+                if after - mono < 0.002:
+                    break
+                mono = time.monotonic()
             base, at = int(seconds) + int(micros) / 1_000_000 + (after - mono) / 2, after
             self._clock = (base, at)
             mono = after

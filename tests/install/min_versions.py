@@ -1,4 +1,4 @@
-"""``make test-min``: the unit, contract and end-to-end tests at the lowest declared versions.
+"""``make test-min``: unit, contract, end-to-end and cluster tests at the lowest versions.
 
 Builds ``.venv-min`` (once per pyproject.toml change) with every runtime dependency pinned
 to its floor (``floors.py``) and the test tools unpinned, then runs pytest from it.
@@ -16,7 +16,7 @@ from tests.install.floors import floors
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-min"
 TEST_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "pyyaml", "httpx"]
-SUITES = ["tests/unit", "tests/contract", "tests/e2e"]
+SUITES = ["tests/unit", "tests/contract", "tests/e2e", "tests/cluster"]
 
 
 def build() -> Path:
