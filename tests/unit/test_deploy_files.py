@@ -466,6 +466,89 @@ def test_deploy_readme_documents_only_real_settings() -> None:
     assert documented <= env_names(), sorted(documented - env_names())
 
 
+# --- docker-compose.yml: the scaled profile (RabbitMQ + a Redis Cluster) ------------------
+
+SCALED = ("rabbitmq", "redis-node-1", "redis-node-2", "redis-node-3", "redis-cluster-init")
+SCALED_APP = ("worker-scaled", "beat-scaled")
+
+
+def test_the_scaled_shape_is_a_profile_the_default_up_leaves_alone(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in (*SCALED, *SCALED_APP):
+        assert services[name].get("profiles") == ["scaled"], name
+    for name in LONG_RUNNING:
+        assert "profiles" not in services[name], name
+    for name in (*SCALED, *SCALED_APP):
+        if name == "redis-cluster-init":
+            continue
+        check = services[name].get("healthcheck")
+        assert check and not check.get("disable"), f"{name} has no healthcheck"
+        assert services[name].get("restart") == "unless-stopped", name
+
+
+def test_the_scaled_environment_is_a_valid_rabbitmq_and_cluster_configuration(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in env_names():
+        monkeypatch.delenv(key, raising=False)
+    shared = compose["x-agentworker-scaled-env"]
+    for key, value in shared.items():
+        monkeypatch.setenv(key, interpolate(str(value), {}))
+    settings = Settings()
+    assert settings.queue_type == "quorum"
+    assert settings.step_time_limit < settings.broker_consumer_timeout
+    # every node a seed, and the broker a vhost of the RabbitMQ service with its user
+    nodes = [n for n in services if n.startswith("redis-node-")]
+    assert settings.redis_url == "redis+cluster://" + ",".join(f"{n}:6379" for n in nodes)
+    rabbit = services["rabbitmq"]["environment"]
+    user = rabbit["RABBITMQ_DEFAULT_USER"]
+    password = interpolate(rabbit["RABBITMQ_DEFAULT_PASS"], {})
+    vhost = rabbit["RABBITMQ_DEFAULT_VHOST"]
+    assert settings.broker == f"amqp://{user}:{password}@rabbitmq:5672/{vhost}"
+    for name in SCALED_APP:
+        assert services[name]["environment"] == shared, name
+        assert services[name]["build"] == services["worker"]["build"], name
+
+
+def test_scaled_workers_run_prefork_after_the_cluster_and_broker_are_up(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, role in (("worker-scaled", "worker"), ("beat-scaled", "beat")):
+        args = argv(services[name])
+        assert args[:4] == ["celery", "-A", "agentworker", role], (name, args)
+        assert not [a for a in args if a.startswith(("--pool", "-P"))], "prefork, the default"
+        depends = services[name]["depends_on"]
+        assert depends["rabbitmq"]["condition"] == "service_healthy"
+        assert depends["redis-cluster-init"]["condition"] == "service_completed_successfully"
+    assert services["worker-scaled"]["healthcheck"] == services["worker"]["healthcheck"]
+
+
+def test_the_cluster_nodes_are_durable_masters_that_the_init_job_joins(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    nodes = [n for n in services if n.startswith("redis-node-")]
+    assert len(nodes) == 3
+    for name in nodes:
+        node = services[name]
+        command = interpolate(" ".join(argv(node)), {})
+        for flag in ("--cluster-enabled yes", "--appendonly yes", "--maxmemory 1gb"):
+            assert flag in command, (name, flag)
+        assert "--maxmemory-policy noeviction" in command, name
+        assert node["environment"]["NODE"] == name  # the hostname it announces
+        assert node["volumes"] == [f"{name}:/data"]
+    init = services["redis-cluster-init"]
+    script = argv(init)[2]
+    assert argv(init)[:2] == ["sh", "-c"]
+    for name in nodes:
+        assert f"getent hosts {name} " in script, name
+        assert init["depends_on"][name]["condition"] == "service_healthy"
+    assert "--cluster-replicas 0" in script and "--cluster-yes" in script
+    # it is a no-op once the cluster exists (a restart of the stack must not fail here)
+    assert script.startswith("redis-cli -h redis-node-1 cluster info | grep -q cluster_state:ok ||")
+    assert init["restart"] == "no" and init["healthcheck"] == {"disable": True}
+
+
 # --- deploy/Dockerfile ------------------------------------------------------------------
 
 
