@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
 from redis.commands.core import Script
@@ -97,7 +97,20 @@ class Scripts:
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA one script (SCRIPT LOAD and retry on NOSCRIPT)."""
+        if self.cluster:
+            return self._on_its_node(self.by_name[name], keys, args)
         return self.by_name[name](keys=keys, args=args)
+
+    def _on_its_node(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """EVALSHA routed by the first key; on NOSCRIPT, EVAL there (which caches it).
+
+        redis-py's ``Script`` would SCRIPT LOAD on every master, which fails while any one
+        of them is down, even for keys the others serve.
+        """
+        try:
+            return self.redis.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self.redis.eval(cast(str, script.script), len(keys), *keys, *args)
 
     def pipelined(
         self,
@@ -129,9 +142,9 @@ class Scripts:
         before: Sequence[Sequence[Arg]],
         after: Sequence[Sequence[Arg]],
     ) -> list[Any]:
-        """``pipelined`` on a cluster: each script call alone (``Script`` reloads on NOSCRIPT)."""
+        """``pipelined`` on a cluster: each script call alone, on the node of its slot."""
         replies = self._plain(before)
-        replies += [script(keys=keys, args=args) for script, keys, args in calls]
+        replies += [self._on_its_node(script, keys, args) for script, keys, args in calls]
         return replies + self._plain(after)
 
     def _plain(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
