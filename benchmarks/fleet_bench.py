@@ -13,8 +13,11 @@ Measured side by side in one run (the machine's noise hits both sides alike):
 6. Per step: Redis commands sent by clients to the store and to the broker (MONITOR; the
    store and the broker are separate servers here), against one no-op task. The producer's
    starts and the benchmark's polling count too.
-7. The ratio of (1) and (2) again with a RabbitMQ broker (a private node), when
-   rabbitmq-server is installed (``--no-rabbitmq`` skips it).
+7. Per step and per no-op task: CPU of the workers (with their children), the store's
+   redis-server and the broker (INFO cpu; /proc for processes). The producer is not counted.
+8. The ratio of (1) and (2) again with a RabbitMQ broker (a private node, prefork workers),
+   and the CPU per step of (7) there, when rabbitmq-server is installed (``--no-rabbitmq``
+   skips it).
 
 Throughput figures are the best of ``--rounds`` alternating measurements.
 """
@@ -99,6 +102,43 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        if current in stats:
+            total += (int(stats[current][11]) + int(stats[current][12])) / tick
+        todo.extend(children.get(current, []))
+    return total
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """CPU seconds a redis-server has used (INFO cpu, main thread and children)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def cpu_per_unit(
+    meters: dict[str, Callable[[], float]], units: int, work: Callable[[], object]
+) -> dict[str, float]:
+    """Microseconds of CPU per unit of ``work``, per meter (a CPU-seconds reader)."""
+    before = {name: read() for name, read in meters.items()}
+    work()
+    return {name: (read() - before[name]) / units * 1e6 for name, read in meters.items()}
 
 
 def worker_rss(runner: AgentRunner, pids: list[int], turns: int) -> list[tuple[int, int]]:
@@ -236,8 +276,11 @@ class RabbitMQServer:
             )
 
 
-def rabbitmq_ratio(args: argparse.Namespace, workdir: Path) -> str:
-    """Raw no-op tasks/s and steps/s with a RabbitMQ broker (same store, same workers)."""
+def rabbitmq_ratio(args: argparse.Namespace, workdir: Path, store: redis.Redis) -> str:
+    """Raw no-op tasks/s and steps/s with a RabbitMQ broker (same store, same workers).
+
+    Then the CPU each side spends per step and per no-op task (workers, store, node).
+    """
     if not Path(RABBITMQ).exists():
         return "  RabbitMQ broker: skipped (rabbitmq-server is not installed)"
     rabbit = RabbitMQServer(workdir / "rabbitmq").start()
@@ -268,15 +311,33 @@ def rabbitmq_ratio(args: argparse.Namespace, workdir: Path) -> str:
             lambda: raw_celery(app, is_drained, args.tasks, queue),
             lambda: agent_steps(runner, args.turns),
         )
+        node = rabbit.process
+        assert node is not None
+        meters = {
+            "workers": lambda: sum(tree_cpu(p.pid) for p in fleet.workers.values()),
+            "store": lambda: redis_cpu(store),
+            "RabbitMQ": lambda: tree_cpu(node.pid),
+        }
+        cpu_step = cpu_per_unit(meters, 21 * args.turns, lambda: agent_steps(runner, args.turns))
+        cpu_task = cpu_per_unit(
+            meters, args.tasks, lambda: raw_celery(app, is_drained, args.tasks, queue)
+        )
         conn.release()
         return (
             f"  RabbitMQ broker, {args.workers} prefork workers of 1 process: "
             f"raw {noop:.0f} tasks/s, steps {steps:.0f} steps/s, "
-            f"ratio {steps / noop:.2f}   (target >= 0.7)"
+            f"ratio {steps / noop:.2f}   (target >= 0.7)\n"
+            f"  CPU per step (RabbitMQ): {cpu_line(cpu_step)}  "
+            f"(a no-op task: {cpu_line(cpu_task)})"
         )
     finally:
         fleet.stop()
         rabbit.stop()
+
+
+def cpu_line(figures: dict[str, float]) -> str:
+    """``workers 410 µs, store 95 µs, ...``."""
+    return ", ".join(f"{name} {value:.0f} µs" for name, value in figures.items())
 
 
 def main() -> None:
@@ -329,6 +390,13 @@ def main() -> None:
         servers = {"store": store.client(), "broker": broker_server.client()}
         per_step = per_unit(servers, 21 * 20, lambda: agent_steps(runner, 20))
         per_task = per_unit(servers, 1000, lambda: raw_celery(app, broker, 1000, queue))
+        meters = {
+            "workers": lambda: sum(tree_cpu(p.pid) for p in fleet.workers.values()),
+            "store": lambda: redis_cpu(store.client()),
+            "broker Redis": lambda: redis_cpu(broker),
+        }
+        cpu_step = cpu_per_unit(meters, 21 * args.turns, steps)
+        cpu_task = cpu_per_unit(meters, args.tasks, noop)
         pids = [p.pid for p in fleet.workers.values()]
         rss = worker_rss(runner, pids, args.rss_turns)
         n = args.workers
@@ -348,10 +416,11 @@ def main() -> None:
             f"  client commands per step: store {per_step['store']:.1f}, "
             f"broker {per_step['broker']:.1f}  (a no-op task: broker {per_task['broker']:.1f})"
         )
+        print(f"  CPU per step: {cpu_line(cpu_step)}  (a no-op task: {cpu_line(cpu_task)})")
         workers = list(fleet.workers)
         fleet.stop()
         if not args.no_rabbitmq:
-            print(rabbitmq_ratio(args, workdir))
+            print(rabbitmq_ratio(args, workdir, store.client()))
         for name, (warm, end) in zip(workers, rss, strict=True):
             print(
                 f"  {name} RSS over {args.rss_turns} one-step turns: {warm / 1024:.1f} MiB "
