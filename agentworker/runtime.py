@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from stores import RedisAgentTurnStore
 
 log = logging.getLogger("agentworker")
+#: The task that delivers one outbound webhook (agentworker/tasks.py).
+WEBHOOK_TASK = "agentworker.deliver_webhook"
 
 _lock = threading.Lock()
 _process_runner: tuple[int, AgentRunner] | None = None
@@ -55,7 +57,21 @@ def make_runner(
     runner.unloadable_grace_seconds = settings.unloadable_grace_seconds
     if settings.events_enabled:
         runner.add_event_listener(event_bridge(settings))
+    add_webhooks(runner, settings, app)
     return runner
+
+
+def add_webhooks(runner: AgentRunner, settings: Settings, app: Celery) -> None:
+    """Outbound webhooks (agentworker/webhooks.py), when any are configured."""
+    from agentworker import webhooks
+
+    if not webhooks.configured(settings):
+        return
+
+    def send_hint(message_id: str) -> None:
+        app.send_task(WEBHOOK_TASK, (message_id,), queue=settings.step_queue)
+
+    runner.add_event_listener(webhooks.listener_of(settings, runner.store.load, send_hint))
 
 
 def make_store(settings: Settings) -> RedisAgentTurnStore:

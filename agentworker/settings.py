@@ -92,6 +92,13 @@ class Settings(BaseSettings):
     webhooks: SecretStr | None = None
     #: Delivery attempts of one outbound webhook before it is dead-lettered.
     webhook_max_attempts: int = Field(default=8, ge=1)
+    #: Signs the webhooks given on ``POST /turns`` (``whsec_<base64>``); none: refused.
+    webhook_start_secret: SecretStr | None = None
+    #: Backoff of webhook retries: first delay and cap, seconds (tenacity, doubling).
+    webhook_retry_initial_seconds: float = Field(default=5.0, gt=0)
+    webhook_retry_max_seconds: float = Field(default=900.0, gt=0)
+    #: How long one delivery may take (connect and answer), seconds.
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
     #: A worker serves Prometheus metrics of all its processes on this port (unset: none).
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     #: The address the metrics port listens on.

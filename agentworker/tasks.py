@@ -16,6 +16,32 @@ from agentworker.stepping import step_once, sweep_once
 log = logging.getLogger("agentworker.tasks")
 
 
+def resend_webhooks(app: Celery, settings: Settings) -> None:
+    """Hint again the outbound webhooks that are due (a lost hint, a dead deliverer)."""
+    from agentworker import webhooks
+    from agentworker.runtime import WEBHOOK_TASK
+
+    if not webhooks.configured(settings):
+        return
+    outbox = webhooks.outbox_of(settings, _webhook_redis(settings))
+    sent = webhooks.send_due(
+        outbox, lambda m: app.send_task(WEBHOOK_TASK, (m,), queue=settings.step_queue)
+    )
+    if sent:
+        log.info("sweep re-sent %d webhook deliveries", sent)
+
+
+_clients: dict[str, Any] = {}
+
+
+def _webhook_redis(settings: Settings) -> Any:
+    from redis import Redis
+
+    if settings.redis_url not in _clients:
+        _clients[settings.redis_url] = Redis.from_url(settings.redis_url)
+    return _clients[settings.redis_url]
+
+
 def register(app: Celery) -> None:
     """Register the tasks on ``app``."""
 
@@ -38,10 +64,19 @@ def register(app: Celery) -> None:
         settings = Settings()
         sweep_started(settings)  # first: beat may queue the next sweep while this one runs
         report = sweep_once(process_runner(app), settings.lost_wakeup_seconds)
+        resend_webhooks(app, settings)
         observability.read_queue_depth(app, settings.step_queue)
         if report.due or report.lost or report.repaired:
             log.info("sweep woke %s", report)
         return {"due": report.due, "lost": report.lost, "repaired": report.repaired}
+
+    @app.task(name="agentworker.deliver_webhook", ignore_result=True, shared=False)
+    def deliver_webhook(message_id: str) -> str:
+        """One attempt at one outbound webhook (agentworker/webhooks.py)."""
+        from agentworker.webhooks import outbox_of
+
+        settings = Settings()
+        return outbox_of(settings, _webhook_redis(settings)).deliver(message_id)
 
     @app.task(name="agentworker.housekeeping", ignore_result=True, shared=False)
     def housekeeping() -> dict[str, int]:

@@ -105,6 +105,10 @@ class TurnsApi:
         payload.check(self.limits)
         metadata = caller.stamp(payload.metadata)
         if payload.webhooks:
+            if not _secret(self.settings.webhook_start_secret):
+                raise ApiError(
+                    422, "webhooks on start need AGENTWORKER_WEBHOOK_START_SECRET", "webhooks"
+                )
             metadata = {**metadata, "webhooks": [w.model_dump() for w in payload.webhooks]}
         options = AgentTurnOptions(metadata=metadata, streaming=payload.streaming)
 
@@ -245,6 +249,20 @@ class TurnsApi:
             raise ApiError(403, "metrics are fleet-wide: an operator credential reads them")
         body, content_type = await run_in_threadpool(lambda: scrape(self.runner.store))
         return Response(body, media_type=content_type)
+
+    async def deliveries(self, request: Request) -> Response:
+        """``GET /turns/{id}/deliveries``: the turn's outbound webhooks and their attempts."""
+        caller = caller_of(request)
+        snapshot = await self.turn(caller, request.path_params["turn_id"])
+        from agentworker import webhooks
+
+        if not webhooks.configured(self.settings):
+            return JSONResponse({"deliveries": []})
+
+        def run() -> list[dict[str, Any]]:
+            return webhooks.outbox_of(self.settings).log_of(snapshot.id)
+
+        return JSONResponse({"deliveries": await run_in_threadpool(run)})
 
     # -- health -------------------------------------------------------------------------
     async def healthz(self, request: Request) -> Response:

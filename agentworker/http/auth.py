@@ -28,6 +28,8 @@ from redis import asyncio as aioredis
 
 from agentworker.http.credentials import ANY_TENANT, Credential
 from agentworker.http.errors import ApiError, unauthorized
+from agentworker.signing import secret_key
+from agentworker.signing import sign as sign
 
 SIGNATURE_HEADER = "webhook-signature"
 TIMESTAMP_HEADER = "webhook-timestamp"
@@ -42,13 +44,6 @@ COOKIE_NAME = "agentworker_token"
 MAX_REQUEST_ID = 200
 
 
-def sign(secret: bytes | str, request_id: str, timestamp: int | str, body: bytes) -> str:
-    """The ``webhook-signature`` value of a call: ``v1,<base64 HMAC-SHA256>``."""
-    key = secret.encode() if isinstance(secret, str) else secret
-    message = f"{request_id}.{timestamp}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode()
-
-
 def signed_headers(
     secret: bytes | str, body: bytes, request_id: str, timestamp: int | None = None
 ) -> dict[str, str]:
@@ -56,8 +51,6 @@ def signed_headers(
 
     ``secret``: the key bytes, or a secret as configured (``whsec_<base64>`` is decoded).
     """
-    from agentworker.http.credentials import secret_key
-
     key = secret_key(secret) if isinstance(secret, str) else secret
     ts = int(time.time()) if timestamp is None else timestamp
     return {

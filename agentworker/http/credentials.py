@@ -11,19 +11,18 @@ the secret as ``{"tenant": "*", "scopes": ["write", "approve"]}``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import dataclass
 from typing import Literal
 
+from agentworker.signing import SECRET_PREFIX, secret_key
 from runner_core.errors import ConfigurationError
 
 Scope = Literal["read", "write", "approve"]
 SCOPES: frozenset[str] = frozenset({"read", "write", "approve"})
 #: The tenant of a credential that acts for every tenant.
 ANY_TENANT = "*"
-SECRET_PREFIX = "whsec_"
+__all__ = ["ANY_TENANT", "SECRET_PREFIX", "Credential", "parse_credentials", "secret_key"]
 
 
 @dataclass(frozen=True)
@@ -41,20 +40,6 @@ class Credential:
     def allows(self, scope: str) -> bool:
         """True when the credential carries ``scope``."""
         return scope in self.scopes
-
-
-def secret_key(secret: str) -> bytes:
-    """The HMAC key of a signing secret: ``whsec_<base64>`` decoded, else its UTF-8 bytes."""
-    if secret.startswith(SECRET_PREFIX):
-        try:
-            key = base64.b64decode(secret[len(SECRET_PREFIX) :] + "==", validate=False)
-        except (binascii.Error, ValueError):
-            raise ConfigurationError("a whsec_ secret must be base64 after the prefix") from None
-        if key:
-            return key
-    if not secret:
-        raise ConfigurationError("a signing secret may not be empty")
-    return secret.encode()
 
 
 def parse_credentials(raw: str | None) -> list[Credential]:
