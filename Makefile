@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml | python-check
 demo: python-check $(STAMP)  ## Run the offline demo: one order-support turn, printed as it happens
 	@$(PY) -m examples.demo
 
-test: python-check $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e; not chaos or bench)
+test: python-check $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e, a local Redis Cluster; not chaos or bench)
 	@$(PY) -m pytest
 
 redis-check:

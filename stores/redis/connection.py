@@ -24,7 +24,13 @@ from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import ClusterDownError, ClusterError, RedisClusterException
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MasterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -256,6 +262,13 @@ class Guard:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        unavailable = (RedisConnectionError, RedisTimeoutError, ClusterDownError, ClusterError)
+        unavailable = (
+            RedisConnectionError,
+            RedisTimeoutError,
+            ClusterDownError,
+            ClusterError,
+            MasterDownError,
+            SlotNotCoveredError,
+        )
         if isinstance(error, unavailable):
             raise StoreUnavailableError(self.url, error) from error
