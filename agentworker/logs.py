@@ -4,8 +4,8 @@ While a worker steps a turn, every record logged in that thread (ours, Celery's,
 gets ``turn_id``, ``root_turn_id``, ``turn_version``, ``lease_owner`` and ``trace_id``
 attributes (``TurnContextFilter``). ``JsonFormatter`` writes one JSON object per line with
 them. Workers and beat switch their handlers over through Celery's logging signals
-(``observability.install``); the HTTP app through ``uvicorn --log-config
-deploy/logging-json.json``, or ``configure()`` in any other process.
+(``observability.install``), the HTTP app when it is built (``use_json_in_http_app``), any
+other process with ``configure()``.
 """
 
 from __future__ import annotations
@@ -105,6 +105,13 @@ def use_json(logger: logging.Logger) -> None:
         handler.setFormatter(formatter)
         if not any(isinstance(f, TurnContextFilter) for f in handler.filters):
             handler.addFilter(TurnContextFilter())
+
+
+def use_json_in_http_app() -> None:
+    """The HTTP app (under uvicorn): its loggers and the root logger write JSON, if switched on."""
+    if json_enabled():
+        for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access"):
+            use_json(logging.getLogger(name))
 
 
 def configure(level: int = logging.INFO) -> None:

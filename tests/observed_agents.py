@@ -15,8 +15,10 @@ The root turn's steps (MODEL/TOOLS alternate):
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 from runner_core import (
     Agent,
@@ -41,9 +43,13 @@ MODEL = "obs-model-1"
 POLICY = AgentExecutionPolicy(retry=RetryPolicy(max_retries=2, initial_delay=0.05))
 
 
+log = logging.getLogger("tests.observed_agents")
+
+
 @tool
 def lookup(key: str) -> str:
     """Look a key up."""
+    log.info("looking up %s", key)  # a worker's JSON log carries the turn's fields
     return f"value of {key}"
 
 
@@ -138,3 +144,26 @@ def _redis_fail_once(key: str) -> bool:
 def loader() -> InMemoryAgentLoader:
     """What workers load (``AGENTWORKER_AGENT_LOADER=tests.observed_agents:loader``)."""
     return InMemoryAgentLoader(agents(_redis_fail_once))
+
+
+def span_exporter() -> Any:
+    """The process's SDK tracer provider (OpenTelemetry allows one) and its in-memory exporter.
+
+    Shared by every test module of a session, whichever imported it first.
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+        provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider), "another test set a foreign provider"
+    exporter = getattr(provider, "_agentworker_test_exporter", None)
+    if exporter is None:
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider._agentworker_test_exporter = exporter  # type: ignore[attr-defined]
+    return exporter

@@ -33,8 +33,10 @@ from agentworker.http.schemas import (
     turn_summary,
 )
 from agentworker.http.sse import already_over, event_source, stream_exists
+from agentworker.logs import use_json_in_http_app
 from agentworker.metrics import scrape
 from agentworker.settings import Settings
+from agentworker.webhooks import Outbox
 from runner_core import (
     AgentRunner,
     AgentTurnOptions,
@@ -84,6 +86,7 @@ class TurnsApi:
         self.settings = settings
         self.limits = limits
         self.redis: aioredis.Redis | None = None
+        self._outbox: Outbox | None = None
 
     @property
     def runner(self) -> AgentRunner:
@@ -260,7 +263,9 @@ class TurnsApi:
             return JSONResponse({"deliveries": []})
 
         def run() -> list[dict[str, Any]]:
-            return webhooks.outbox_of(self.settings).log_of(snapshot.id)
+            if self._outbox is None:
+                self._outbox = webhooks.outbox_of(self.settings)
+            return self._outbox.log_of(snapshot.id)
 
         return JSONResponse({"deliveries": await run_in_threadpool(run)})
 
@@ -382,6 +387,7 @@ def routes_of(api: TurnsApi) -> list[BaseRoute]:
         Route("/turns/{turn_id}/resume", api.resume, methods=["POST"]),
         Route("/turns/{turn_id}/cancel", api.cancel, methods=["POST"]),
         Route("/turns/{turn_id}/events", api.events, methods=["GET"]),
+        Route("/turns/{turn_id}/deliveries", api.deliveries, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
     ]
 
@@ -395,6 +401,7 @@ def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> S
     from agentworker.http.openapi import openapi_route
 
     settings = settings or Settings()
+    use_json_in_http_app()  # AGENTWORKER_LOG_FORMAT=json
     auth = authenticator(settings)
     limits = BodyLimits(settings.http_max_input_chars, settings.http_max_metadata_bytes)
     api = TurnsApi(Runners(runner), settings.namespace, settings, limits)

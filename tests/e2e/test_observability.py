@@ -3,6 +3,7 @@ to a receiver in this test; its metrics port is scraped during and after the run
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
@@ -26,8 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from agentworker.runtime import make_runner  # noqa: E402
 from examples.local import Fleet, free_port  # noqa: E402
 from runner_core import AgentResumeCommand, AgentTurnOptions, AgentTurnStatus  # noqa: E402
-from tests.observed_agents import CHILD, MODEL, POLICY, ROOT  # noqa: E402
-from tests.unit.test_tracing import spans  # noqa: E402,F401 - the producer's provider
+from tests.observed_agents import CHILD, MODEL, POLICY, ROOT, span_exporter  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -132,9 +132,9 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
     fleet: Fleet,
     producer_env: dict[str, str],
     receiver: Receiver,
-    spans: Any,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    spans = span_exporter()  # the producer's (this process's) spans
     # Given a prefork worker (2 processes) exporting spans over OTLP, with a metrics port
     metrics_port = free_port()
     loader = "tests.observed_agents:loader"
@@ -148,6 +148,7 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "OTEL_SERVICE_NAME": "e2e-worker",
+            "AGENTWORKER_LOG_FORMAT": "json",
         }
     )
     fleet.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -214,6 +215,16 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
         assert all(run.trace_id != trace_id for run in linked)
         if step.attributes["agentworker.step.number"] <= last_before_children:
             assert linked, step.attributes
+
+    # And the worker's JSON log lines written during a step carry the turn and its trace
+    lines = [
+        json.loads(line)
+        for line in (fleet.logs / "w1.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    lookup = next(line for line in lines if line["message"] == "looking up a")
+    assert lookup["turn_id"] == turn.id and lookup["trace_id"] == trace_id
+    assert lookup["lease_owner"].endswith(str(lookup["process"]))
 
     # And the worker's port counts what its processes did (prefork: summed over processes)
     def counted() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

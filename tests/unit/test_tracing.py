@@ -13,8 +13,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
@@ -27,26 +26,23 @@ from runner_core import (  # noqa: E402
     InMemoryAgentLoader,
     tracing,
 )
-from tests.observed_agents import MODEL, POLICY, ROOT, agents, memory_fail_once  # noqa: E402
-
-_exporter = InMemorySpanExporter()
+from tests.observed_agents import (  # noqa: E402
+    MODEL,
+    POLICY,
+    ROOT,
+    agents,
+    memory_fail_once,
+    span_exporter,
+)
 
 
 @pytest.fixture()
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The process's SDK provider (set once: OpenTelemetry allows one) with our exporter."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-        provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider), "another test set a foreign provider"
-    if not getattr(provider, "_agentworker_test", False):
-        provider.add_span_processor(SimpleSpanProcessor(_exporter))
-        provider._agentworker_test = True  # type: ignore[attr-defined]
-    _exporter.clear()
-    yield _exporter
-    _exporter.clear()
+    """The session's SDK provider and in-memory exporter, emptied around the test."""
+    exporter = span_exporter()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
 
 
 def run_scenario() -> str:
