@@ -316,3 +316,27 @@ def test_a_resume_signed_by_the_standard_webhooks_library_is_applied(
     assert runner.store.load(turn_id).status.value == "COMPLETED"
     again = http.post(path, content=body.encode(), headers=headers)
     assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+
+
+def test_the_console_cookie_writes_only_with_the_console_header(http: TestClient) -> None:
+    turn_id = start(http)
+    http.cookies.set("agentworker_token", "acme-rw")
+    try:
+        assert http.get(f"/turns/{turn_id}").status_code == 200
+        resume = {"command": "approve_tool", "call_id": "c1"}
+        # A cross-site form can send the cookie but not a custom header: refused.
+        forged = http.post(f"/turns/{turn_id}/resume", json=resume)
+        assert forged.status_code == 403 and "console" in forged.json()["error"]["message"]
+        headers = {"x-agentworker-console": "1"}
+        ok = http.post(f"/turns/{turn_id}/resume", json=resume, headers=headers)
+        assert ok.status_code == 200, ok.text
+    finally:
+        http.cookies.clear()
+
+
+def test_deliveries_are_tenant_checked(http: TestClient) -> None:
+    turn_id = start(http)
+    assert http.get(f"/turns/{turn_id}/deliveries", headers=bearer("acme-ro")).json() == {
+        "deliveries": []
+    }
+    assert http.get(f"/turns/{turn_id}/deliveries", headers=bearer("globex-rw")).status_code == 404
