@@ -113,8 +113,14 @@ def turn_created(snapshot: AgentTurnSnapshot) -> None:
         attributes["agentworker.parent_turn.id"] = snapshot.parent_turn_id
     if snapshot.conversation_id is not None:
         attributes["gen_ai.conversation.id"] = snapshot.conversation_id
+    # no span current: a traceparent the caller put in the metadata is the parent
+    current = trace.get_current_span().get_span_context().is_valid
+    parent = None if current else _stored_context(snapshot.metadata)
     span = _tracer().start_span(
-        f"invoke_agent {snapshot.agent_id}", kind=trace.SpanKind.INTERNAL, attributes=attributes
+        f"invoke_agent {snapshot.agent_id}",
+        context=parent,
+        kind=trace.SpanKind.INTERNAL,
+        attributes=attributes,
     )
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))

@@ -179,3 +179,17 @@ def test_without_an_sdk_nothing_is_traced_and_nothing_fails() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok" and not out.stderr
+
+
+def test_a_traceparent_in_the_metadata_is_the_parent_when_no_span_is_current(
+    spans: InMemorySpanExporter,
+) -> None:
+    runner = AgentRunner(agent_loader=InMemoryAgentLoader(agents(memory_fail_once())))
+    given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    options = AgentTurnOptions(policy=POLICY, metadata={"traceparent": given})
+    turn = runner.run(ROOT, "go", options=options)
+    invoke = next(s for s in spans.get_finished_spans() if s.name == f"invoke_agent {ROOT}")
+    assert format(invoke.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert invoke.parent is not None and format(invoke.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert turn.metadata["traceparent"] != given  # now the invoke_agent span's own context
+    assert tracing.trace_id(turn) == "0af7651916cd43dd8448eb211c80319c"
