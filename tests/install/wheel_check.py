@@ -10,6 +10,7 @@ for the worker to complete it. Everything started is stopped at the end.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 import zipfile
@@ -65,6 +67,7 @@ def loader() -> InMemoryAgentLoader:
 WHEEL_MUST_HOLD = (
     "agentworker/http/__init__.py",
     "agentworker/http/api.py",
+    "agentworker/http/static/console.js",
     "agentworker/py.typed",
     "runner_core/py.typed",
     "runner_core/models/openai.py",
@@ -191,17 +194,21 @@ def processes(bindir: Path, app_dir: Path, env: dict[str, str], port: int) -> It
 
 def call(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
     """One HTTP call: writes are signed webhooks, reads carry the bearer token."""
-    data = json.dumps(body).encode() if body is not None else None
+    data = None
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    if data is not None:
+    if body is not None:
+        # Standard Webhooks: v1,<base64 HMAC-SHA256 of "id.timestamp.body">; the signed
+        # body names its method and path (docs/http.md).
+        path = urllib.parse.urlsplit(url).path
+        data = json.dumps({**body, "target": f"{method} {path}"}).encode()
         request_id, timestamp = uuid.uuid4().hex, str(int(time.time()))
         signed = f"{request_id}.{timestamp}.".encode() + data
-        digest = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+        digest = hmac.new(SECRET.encode(), signed, hashlib.sha256).digest()
         headers = {
             "Content-Type": "application/json",
-            "X-Agentworker-Request-Id": request_id,
-            "X-Agentworker-Timestamp": timestamp,
-            "X-Agentworker-Signature": f"sha256={digest}",
+            "webhook-id": request_id,
+            "webhook-timestamp": timestamp,
+            "webhook-signature": "v1," + base64.b64encode(digest).decode(),
         }
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
@@ -266,7 +273,7 @@ def check_health_commands(bindir: Path, app_dir: Path, env: dict[str, str], port
     run([str(bindir / ping[0]), *ping[1:]], app_dir, env)
     health = [str(bindir / "python"), "-m", "agentworker.health"]
     run([*health, "beat", str(app_dir / "beat-schedule")], app_dir, env)
-    run([*health, "http", f"http://127.0.0.1:{port}/turns/-"], app_dir, env)
+    run([*health, "http", f"http://127.0.0.1:{port}/healthz"], app_dir, env)
 
 
 def main() -> None:
