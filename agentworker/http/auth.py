@@ -147,9 +147,7 @@ class Authenticator:
         if signer is None:
             raise unauthorized("invalid signature")
         if _signed_target(body) != target_of(method, path):
-            raise unauthorized(
-                f"the signed body must carry \"target\": \"{target_of(method, path)}\""
-            )
+            raise unauthorized(f'the signed body must carry "target": "{target_of(method, path)}"')
         return Caller("signature", signer.tenant, signer.scopes, signer.name, pending.request_id)
 
     def _token_caller(self, value: str, headers: Mapping[str, str]) -> Caller:

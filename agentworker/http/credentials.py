@@ -80,7 +80,5 @@ def legacy_credentials(token: str | None, secret: str | None) -> list[Credential
         found.append(Credential("token", token.encode(), ANY_TENANT, SCOPES, "api_token"))
     if secret:
         scopes = frozenset({"write", "approve"})
-        found.append(
-            Credential("secret", secret_key(secret), ANY_TENANT, scopes, "webhook_secret")
-        )
+        found.append(Credential("secret", secret_key(secret), ANY_TENANT, scopes, "webhook_secret"))
     return found

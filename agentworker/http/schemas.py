@@ -60,8 +60,6 @@ class StartBody(BaseModel):
         _check_metadata(self.metadata, limits)
 
 
-
-
 class ResumeBody(BaseModel):
     """``POST /turns/{id}/resume``: one of the resume commands of API.md."""
 

@@ -221,9 +221,7 @@ def test_a_user_input_form_is_rendered_from_the_tools_schema(page: Any, base_url
     assert output == "done: 42 ships to Main 1 express=True"
 
 
-def test_a_read_only_credential_sees_the_inbox_but_cannot_answer(
-    page: Any, base_url: str
-) -> None:
+def test_a_read_only_credential_sees_the_inbox_but_cannot_answer(page: Any, base_url: str) -> None:
     turn_id = start_turn(base_url, "pay-agent", "pay 5")
     sign_in(page, base_url, "acme-viewer")
     page.locator(f'#inbox a[href="/console/turns/{turn_id}"]').wait_for()
