@@ -7,10 +7,12 @@ reloads on NOSCRIPT, and ``pipelined`` does the same for pipelines.
 
 On a Redis Cluster every script call touches one hash slot (its KEYS share a tag) and
 the cluster client routes it by its first key. redis-py refuses EVALSHA in a cluster
-pipeline, and one pipeline could span slots anyway, so there ``pipelined`` sends the
-plain commands before the scripts as one cluster pipeline (split per node by the client),
-then each script call on its own, then the plain commands after them: same order, same
-replies, more round trips. A single server keeps the one-round-trip path.
+pipeline, so there ``pipelined`` sends the plain commands before the scripts as one
+cluster pipeline (split per node by the client), then the script calls grouped per master
+(one pipeline each, straight to the master the slot map names; a call turned away is
+sent again alone through the cluster client), then the plain commands after them: same
+order, same replies, a round trip per master. A single server keeps the one-round-trip
+path.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from redis import Redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from runner_core.errors import (
     AgentConversationBusyException,
@@ -56,6 +61,16 @@ _WITH_LIB = (
 _PLAIN = ("visit", "zcas", "repair", "zrem_if", "memory_add", "quarantine")
 
 Call = tuple[Script, Sequence[str], Sequence[Arg]]
+
+#: Replies of a master that mean "not run here, send it again through the cluster client".
+_SEND_AGAIN = (
+    MovedError,
+    AskError,
+    TryAgainError,
+    NoScriptError,
+    RedisConnectionError,
+    RedisTimeoutError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +157,45 @@ class Scripts:
         before: Sequence[Sequence[Arg]],
         after: Sequence[Sequence[Arg]],
     ) -> list[Any]:
-        """``pipelined`` on a cluster: each script call alone, on the node of its slot."""
+        """``pipelined`` on a cluster: the script calls on the masters of their slots."""
         replies = self._plain(before)
-        replies += [self._on_its_node(script, keys, args) for script, keys, args in calls]
+        if len(calls) > 1:
+            replies += self._per_master(calls)
+        else:
+            replies += [self._on_its_node(script, keys, args) for script, keys, args in calls]
         return replies + self._plain(after)
+
+    def _per_master(self, calls: Sequence[Call]) -> list[Any]:
+        """Script calls in one pipeline per master, each call still on one slot.
+
+        The master comes from the client's slot map. A call its master turns away (MOVED or
+        ASK after a resharding, TRYAGAIN, NOSCRIPT), or every call of a master that could
+        not be reached, is sent again alone through the cluster client, which follows the
+        redirection, refreshes its map and retries (every script is safe to run twice).
+        """
+        cluster = cast(RedisCluster, self.redis)
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        for i, (_, keys, _) in enumerate(calls):
+            node = cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        replies: list[Any] = [None] * len(calls)
+        for node, indexes in groups.values():
+            pipe = node.redis_connection.pipeline(transaction=False)
+            for i in indexes:
+                script, keys, args = calls[i]
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            try:
+                answers = pipe.execute(raise_on_error=False)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                answers = [exc] * len(indexes)
+            for i, answer in zip(indexes, answers, strict=True):
+                replies[i] = answer
+        for i, reply in enumerate(replies):
+            if isinstance(reply, _SEND_AGAIN):
+                replies[i] = self._on_its_node(*calls[i])
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def _plain(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         if not commands:
