@@ -258,9 +258,9 @@ class Scanner:
         cutoff = time.time() - grace_seconds
         removed = 0
         k = self.keys
-        for keys, sets in (
-            (k.all_partitions(), (k.live,)),
-            (k.all_retained(), (k.live, k.ended)),
+        for keys, sets, watched in (
+            (k.all_partitions(), (k.live,), True),  # the sweeper's scans walk these
+            (k.all_retained(), (k.live, k.ended), False),
         ):
             pipe = self.redis.pipeline(transaction=False)
             for key in keys:
@@ -284,7 +284,7 @@ class Scanner:
                 ]
                 replies = self.scripts.pipelined(calls)
                 removed += sum(int(r) for r in replies)
-                if sets == (k.live,):  # nothing live: nothing the sweeper needs
+                if watched:  # nothing live: nothing the sweeper needs
                     gone = [c[2][0] for c, r in zip(calls, replies, strict=True) if int(r)]
                     self._forget_due(gone)
         return removed

@@ -1,7 +1,8 @@
 -- zrem_if.lua: remove a member from a sorted set only if its score is still the one the
 -- caller read (a compare-and-delete for pruning the global partition sets).
 --
--- KEYS[1]  ns:partitions or ns:retained
+-- KEYS[1]  a bucket of ns:partitions or ns:retained (ns:partitions:{p<k>}, ...), or the
+--          single key of an earlier release
 --
 -- ARGV[1]  member (a tag)
 -- ARGV[2]  the score the caller read
