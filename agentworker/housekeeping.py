@@ -7,9 +7,10 @@ waiting parent still references, nor one with a live child), then forgets tags w
 nothing left in them, so scans that walk every tag (the repair scan, the due-index
 backfill, listings) cost what is stored, not everything that ever was.
 
-Safe to run concurrently (two workers, or a run that overlaps the next): every deletion
-is a script that checks its turn first, and every removal from a partition set is a
-compare-and-delete on the score it read.
+Deletions stop after ``budget_seconds`` (the next run goes on), so a run holds a sweep
+worker for seconds, not minutes. Safe to run concurrently (two workers, or a run that
+overlaps the next): every deletion is a script that checks its turn first, and every
+removal from a partition set is a compare-and-delete on the score it read.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def housekeep(
     *,
     grace_seconds: float = PRUNE_GRACE_SECONDS,
     batch: int = 1000,
-    budget_seconds: float = 60.0,
+    budget_seconds: float = 10.0,
 ) -> HousekeepingReport:
     """One run: migrate, expire in batches until one deletes nothing (or the budget), prune.
 
