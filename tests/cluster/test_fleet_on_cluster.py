@@ -6,6 +6,7 @@ RabbitMQ); the turns, events and chat memories live in the cluster.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -92,3 +93,34 @@ def test_fifty_mixed_turns_on_a_cluster(fleet: Fleet, redis_cluster: LocalCluste
     per_master = [redis_cluster.node(p).dbsize() for p in redis_cluster.ports]
     print(f"keys per master after 50 turns: {per_master}")
     assert all(per_master)
+
+
+def test_beat_runs_housekeeping_and_ended_turns_go_after_the_retention(
+    fleet: Fleet, cluster_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a fleet whose beat sends housekeeping every half second, retention 2 s
+    for key, value in (
+        ("AGENTWORKER_HOUSEKEEPING_INTERVAL", "0.5"),
+        ("AGENTWORKER_RETENTION_SECONDS", "2"),
+    ):
+        fleet.env[key] = value
+        monkeypatch.setenv(key, value)
+    fleet.start_worker("w1")
+    fleet.start_beat()
+    fleet.wait_ready()
+    runner = producer()
+
+    # When ten turns run to their end
+    ids = [runner.start("e2e-tools", f"job {i}").id for i in range(10)]
+    ended: set[str] = set()
+    deadline = time.monotonic() + 60
+    while len(ended) < len(ids) and time.monotonic() < deadline:
+        ended |= {t.turn_id for t in runner.store.list_turns(status=AgentTurnStatus.COMPLETED)}
+        time.sleep(0.05)
+    assert ended == set(ids)
+
+    # Then housekeeping deletes them once the retention has passed
+    while runner.store.list_turns() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert runner.store.list_turns() == []
+    assert "agentworker.housekeeping" in (fleet.logs / "w1.log").read_text()
