@@ -123,8 +123,10 @@ def main() -> None:
                 client.flushall()
                 store = RedisAgentTurnStore(f"redis://127.0.0.1:{port}/0", namespace="sweep")
                 started = time.perf_counter()
+                memory = int(client.info("memory")["used_memory"])
                 blocked(n, store, store.now())
                 made = time.perf_counter() - started
+                per_tree_bytes = (int(client.info("memory")["used_memory"]) - memory) / n
                 r = measure(store, client)
                 per_tree = r["full_ms"] / 1000 / max(1, r["trees"])
                 print(
@@ -135,6 +137,10 @@ def main() -> None:
                 print(
                     f"           a 1 s full-scan sweep saturates at ~{1 / per_tree:,.0f} live"
                     " trees; the indexed sweep does not grow with them"
+                )
+                print(
+                    f"           Redis memory: {per_tree_bytes:,.0f} bytes per blocked tree"
+                    " (one root turn, one message, its events and index entries)"
                 )
                 store.close()
             store = RedisAgentTurnStore(f"redis://127.0.0.1:{port}/0", namespace="sweep")
