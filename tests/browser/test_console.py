@@ -227,3 +227,19 @@ def test_a_read_only_credential_sees_the_inbox_but_cannot_answer(page: Any, base
     page.locator(f'#inbox a[href="/console/turns/{turn_id}"]').wait_for()
     assert page.locator("#inbox button.approve").count() == 0
     assert "may look, not answer" in page.content()
+
+
+def test_rejecting_from_the_inbox_with_a_reason_tells_the_model(page: Any, base_url: str) -> None:
+    turn_id = start_turn(base_url, "pay-agent", "pay 5")
+    sign_in(page, base_url, "acme-approver")
+    actions = page.locator(f'#inbox .actions[data-turn="{turn_id}"]')
+    actions.locator(".reason").fill("over the limit")
+    actions.locator("button.reject").click()
+    answer = httpx.get(
+        f"{base_url}/turns/{turn_id}/wait?until=ended&timeout=10",
+        headers={"Authorization": "Bearer acme-approver"},
+        timeout=15,
+    ).json()
+    assert answer["status"] == "COMPLETED"
+    assert "over the limit" in answer["final_output"]
+    page.locator(f'#inbox [data-turn="{turn_id}"]').wait_for(state="detached", timeout=10_000)
