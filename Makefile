@@ -76,6 +76,7 @@ bench: $(STAMP) redis-check  ## Benchmarks (not tests): in-memory, Redis and fle
 	@$(PY) -m benchmarks.step_bench
 	@$(PY) -m benchmarks.redis_bench
 	@$(PY) -m benchmarks.sweep_bench
+	@$(PY) -m benchmarks.cluster_bench
 	@$(PY) -m benchmarks.fleet_bench
 
 chaos: $(STAMP) redis-check  ## Slow crash and soak tests (SIGKILL storms on a real fleet)
