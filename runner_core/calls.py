@@ -27,9 +27,10 @@ from runner_core.turn import AgentTurn
 
 
 def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
-    """Ask the turn's model once (inside its span)."""
-    with tracing.model_call(turn, request) as span:
-        return span.answered(_ask(k, turn, request))
+    """Ask the turn's model once (inside its span when traced)."""
+    if turn.trace is tracing.ON:
+        return tracing.model_call(turn, request, lambda: _ask(k, turn, request))
+    return _ask(k, turn, request)
 
 
 def _ask(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
@@ -63,9 +64,10 @@ def _emit_delta(
 
 
 def invoke_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
-    """Run the tool for ``call`` (inside its span)."""
-    with tracing.tool_call(turn, tool.name, call.id, call.arguments) as span:
-        return span.answered(_run_tool(k, turn, tool, call))
+    """Run the tool for ``call`` (inside its span when traced)."""
+    if turn.trace is tracing.ON:
+        return tracing.tool_call(turn, tool.name, call, lambda: _run_tool(k, turn, tool, call))
+    return _run_tool(k, turn, tool, call)
 
 
 def _run_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:

@@ -177,7 +177,8 @@ class TurnKernel:
             held.released_by_save()
         if result.cancel_requested:
             st.cancel_requested = True
-        tracing.committed(turn, result.version, len(commit.events))
+        if turn.trace is tracing.ON:
+            tracing.committed(result.version, len(commit.events))
         if self.after_save is not None:
             self.after_save(turn)
         if self.bus.active:

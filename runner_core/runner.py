@@ -187,8 +187,9 @@ class AgentRunner:
         if release and turn.held_lease is not None:
             turn.held_lease.release_on_last_save = True
         try:
-            with tracing.step(turn):
-                return run_step(self.kernel, turn)
+            if turn.trace is not tracing.OFF:  # decided at this object's first step
+                return tracing.step(turn, lambda: run_step(self.kernel, turn))
+            return run_step(self.kernel, turn)
         finally:
             self.events.flush()
 

@@ -1,9 +1,10 @@
 """OpenTelemetry spans of turns: a step span, with model and tool calls inside it.
 
 Through the OpenTelemetry API only (``opentelemetry-api``, optional): without the package,
-or without an SDK ``TracerProvider`` set, every hook returns a shared no-op at once.
-Whether a turn is traced is decided once per ``AgentTurn`` object (a worker loads one per
-step), so a provider set later is seen by the next turn loaded or created.
+or without an SDK ``TracerProvider`` set, nothing is traced. Whether a turn is traced is
+decided once per ``AgentTurn`` object, at its first step (``turn.trace``; a worker loads
+one per step), and the hooks in the step machine test that attribute before calling in
+here: an untraced step costs a few attribute reads.
 
 One trace per turn tree, across workers and days: creating a turn starts (and ends) an
 ``invoke_agent`` span under the producer's current context (an HTTP request,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 try:
@@ -29,7 +31,7 @@ except ImportError:  # pragma: no cover - the package is optional
     trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from runner_core.messages import ToolMessage
+    from runner_core.messages import ToolCall, ToolMessage
     from runner_core.models.base import ModelRequest, ModelResponse
     from runner_core.snapshot import AgentTurnSnapshot
     from runner_core.turn import AgentTurn
@@ -44,23 +46,6 @@ SCOPE = "agentworker"
 _MAX_CONTENT = 4096
 
 
-class _Noop:
-    """What every hook returns when nothing is traced: a context manager doing nothing."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> _Noop:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def answered(self, value: T) -> T:
-        """Return ``value`` (a traced call records it first)."""
-        return value
-
-
-NOOP = _Noop()
 #: ``AgentTurn.trace``: decided at the turn object's first step (None before).
 ON, OFF = "on", "off"
 
@@ -134,14 +119,18 @@ def _ids(snapshot: AgentTurnSnapshot) -> dict[str, str]:
 
 
 # -- steps ------------------------------------------------------------------------------------
-def step(turn: AgentTurn) -> _Noop | _StepSpan:
-    """The span of one step (a context manager): a child of the turn's stored context."""
-    state = turn.trace
-    if state is None:
-        state = turn.trace = ON if enabled() else OFF
-    if state is OFF:
-        return NOOP
-    return _StepSpan(turn)
+def step(turn: AgentTurn, run: Callable[[], T]) -> T:
+    """``run()`` (one step) inside the step's span: a child of the turn's stored context.
+
+    The first call for a turn object decides whether it is traced (``turn.trace``); an
+    untraced turn's hook skips this function altogether.
+    """
+    if turn.trace is None:
+        turn.trace = ON if enabled() else OFF
+    if turn.trace is OFF:
+        return run()
+    with _StepSpan(turn):
+        return run()
 
 
 class _StepSpan:
@@ -195,10 +184,6 @@ class _StepSpan:
             span.set_status(trace.Status(trace.StatusCode.ERROR, st.error.message))
         span.end()
 
-    def answered(self, value: T) -> T:
-        """Return ``value``."""
-        return value
-
 
 def _stored_context(metadata: dict[str, Any]) -> Any:
     parent = metadata.get(TRACEPARENT)
@@ -212,20 +197,18 @@ def _trace_of(ctx: Any) -> int:
     return int(trace.get_current_span(ctx).get_span_context().trace_id)
 
 
-def committed(turn: AgentTurn, version: int, events: int) -> None:
-    """A commit of the turn landed: an event on the step's span (a commit point)."""
-    if turn.trace is not ON:
-        return
+def committed(version: int, events: int) -> None:
+    """A commit of a traced turn landed: an event on the step's span (a commit point)."""
     span = trace.get_current_span()
     if span.is_recording():
         span.add_event("commit", {"agentworker.turn.version": version, "events": events})
 
 
 # -- model and tool calls ------------------------------------------------------------------------
-def model_call(turn: AgentTurn, request: ModelRequest) -> _Noop | _CallSpan:
-    """The span of one model call (``chat {model}``); ``answered(response)`` records usage."""
-    if turn.trace is not ON:
-        return NOOP
+def model_call(
+    turn: AgentTurn, request: ModelRequest, call: Callable[[], ModelResponse]
+) -> ModelResponse:
+    """``call()`` inside a ``chat {model}`` span that records usage and finish reasons."""
     model = model_name(turn.agent.model, request.settings)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
@@ -239,31 +222,36 @@ def model_call(turn: AgentTurn, request: ModelRequest) -> _Noop | _CallSpan:
         attributes["gen_ai.input.messages"] = _clip(
             json.dumps([m.model_dump(mode="json") for m in request.messages])
         )
-    return _CallSpan(f"chat {model}", trace.SpanKind.CLIENT, attributes, _model_done)
+    with _CallSpan(f"chat {model}", trace.SpanKind.CLIENT, attributes) as span:
+        response = call()
+        _model_done(span.span, response)
+        return response
 
 
-def tool_call(turn: AgentTurn, name: str, call_id: str, arguments: Any) -> _Noop | _CallSpan:
-    """The span of one tool execution (``execute_tool {name}``)."""
-    if turn.trace is not ON:
-        return NOOP
+def tool_call(
+    turn: AgentTurn, name: str, tool_call: ToolCall, call: Callable[[], ToolMessage]
+) -> ToolMessage:
+    """``call()`` inside an ``execute_tool {name}`` span."""
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
-        "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.call.id": tool_call.id,
         "gen_ai.tool.type": "function",
         "agentworker.turn.id": turn.state.id,
     }
     if capture_content():
-        attributes["gen_ai.tool.call.arguments"] = _clip(json.dumps(dict(arguments)))
-    return _CallSpan(f"execute_tool {name}", trace.SpanKind.INTERNAL, attributes, _tool_done)
+        attributes["gen_ai.tool.call.arguments"] = _clip(json.dumps(dict(tool_call.arguments)))
+    with _CallSpan(f"execute_tool {name}", trace.SpanKind.INTERNAL, attributes) as span:
+        message = call()
+        _tool_done(span.span, message)
+        return message
 
 
 class _CallSpan:
     """A model or tool call's span, current while the call runs."""
 
-    def __init__(self, name: str, kind: Any, attributes: dict[str, Any], done: Any) -> None:
+    def __init__(self, name: str, kind: Any, attributes: dict[str, Any]) -> None:
         self.span = _tracer().start_span(name, kind=kind, attributes=attributes)
-        self.done = done
         self.token: object = None
 
     def __enter__(self) -> _CallSpan:
@@ -277,11 +265,6 @@ class _CallSpan:
             self.span.set_attribute("error.type", type(exc).__name__)
             self.span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
         self.span.end()
-
-    def answered(self, value: T) -> T:
-        """Record what the call returned, then return it."""
-        self.done(self.span, value)
-        return value
 
 
 def _model_done(span: Any, response: ModelResponse) -> None:

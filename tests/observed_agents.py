@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from runner_core import (
@@ -146,24 +147,30 @@ def loader() -> InMemoryAgentLoader:
     return InMemoryAgentLoader(agents(_redis_fail_once))
 
 
-def span_exporter() -> Any:
-    """The process's SDK tracer provider (OpenTelemetry allows one) and its in-memory exporter.
+@contextmanager
+def collecting_spans() -> Iterator[Any]:
+    """An SDK tracer provider with an in-memory exporter, global inside this block only.
 
-    Shared by every test module of a session, whichever imported it first.
+    OpenTelemetry lets a process set its provider once; tests reset that private state (as
+    OpenTelemetry's own test utilities do), so the other tests run untraced.
     """
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.util._once import Once
 
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        trace.set_tracer_provider(TracerProvider())
-        provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider), "another test set a foreign provider"
-    exporter = getattr(provider, "_agentworker_test_exporter", None)
-    if exporter is None:
-        exporter = InMemorySpanExporter()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        provider._agentworker_test_exporter = exporter  # type: ignore[attr-defined]
-    return exporter
+    def reset() -> None:
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = None
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reset()
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        reset()
+        provider.shutdown()

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from agentworker.runtime import make_runner  # noqa: E402
 from examples.local import Fleet, free_port  # noqa: E402
 from runner_core import AgentResumeCommand, AgentTurnOptions, AgentTurnStatus  # noqa: E402
-from tests.observed_agents import CHILD, MODEL, POLICY, ROOT, span_exporter  # noqa: E402
+from tests.observed_agents import CHILD, MODEL, POLICY, ROOT, collecting_spans  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -128,13 +128,20 @@ def wait_for(check: Any, timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {check}")
 
 
+@pytest.fixture()
+def spans() -> Iterator[Any]:
+    """The producer's (this process's) spans."""
+    with collecting_spans() as exporter:
+        yield exporter
+
+
 def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
     fleet: Fleet,
     producer_env: dict[str, str],
     receiver: Receiver,
+    spans: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spans = span_exporter()  # the producer's (this process's) spans
     # Given a prefork worker (2 processes) exporting spans over OTLP, with a metrics port
     metrics_port = free_port()
     loader = "tests.observed_agents:loader"

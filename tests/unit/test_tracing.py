@@ -31,18 +31,16 @@ from tests.observed_agents import (  # noqa: E402
     POLICY,
     ROOT,
     agents,
+    collecting_spans,
     memory_fail_once,
-    span_exporter,
 )
 
 
 @pytest.fixture()
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The session's SDK provider and in-memory exporter, emptied around the test."""
-    exporter = span_exporter()
-    exporter.clear()
-    yield exporter
-    exporter.clear()
+    """The session's SDK provider and in-memory exporter, collecting during the test."""
+    with collecting_spans() as exporter:
+        yield exporter
 
 
 def run_scenario() -> str:
@@ -193,3 +191,11 @@ def test_a_traceparent_in_the_metadata_is_the_parent_when_no_span_is_current(
     assert invoke.parent is not None and format(invoke.parent.span_id, "016x") == "b7ad6b7169203331"
     assert turn.metadata["traceparent"] != given  # now the invoke_agent span's own context
     assert tracing.trace_id(turn) == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_without_the_opentelemetry_package_nothing_fails() -> None:
+    # a None entry in sys.modules makes every import of the package fail
+    code = "import sys; sys.modules['opentelemetry'] = None\n" + NO_SDK
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok" and not out.stderr
