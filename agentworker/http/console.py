@@ -45,7 +45,7 @@ class Console:
 
     async def login_form(self, request: Request) -> Response:
         """``GET /console/login``."""
-        return HTMLResponse(views.login(error=None))
+        return _html(views.login(error=None))
 
     async def login(self, request: Request) -> Response:
         """``POST /console/login``: check the token, then keep it in the session cookie."""
@@ -56,7 +56,7 @@ class Console:
             assert isinstance(found, Caller)
             found.need("read")
         except ApiError as exc:
-            return HTMLResponse(views.login(error=exc.message), status_code=401)
+            return _html(views.login(error=exc.message), status_code=401)
         response = RedirectResponse("/console", status_code=303)
         response.set_cookie(
             COOKIE_NAME,
@@ -80,20 +80,20 @@ class Console:
         caller = caller_of(request)
         query = ListQuery.of(_list_params(request))
         inbox, page = await run_in_threadpool(self._home, caller, query)
-        return HTMLResponse(views.home(caller, query, inbox, page.turns, page.next_cursor))
+        return _html(views.home(caller, query, inbox, page.turns, page.next_cursor))
 
     async def turns_fragment(self, request: Request) -> Response:
         """``GET /console/fragments/turns``: the list's rows, for live status."""
         caller = caller_of(request)
         query = ListQuery.of(_list_params(request))
         _, page = await run_in_threadpool(self._home, caller, query, False)
-        return HTMLResponse(views.turn_rows(page.turns, page.next_cursor, query))
+        return _html(views.turn_rows(page.turns, page.next_cursor, query))
 
     async def inbox_fragment(self, request: Request) -> Response:
         """``GET /console/fragments/inbox``."""
         caller = caller_of(request)
         inbox, _ = await run_in_threadpool(self._home, caller, ListQuery(limit=1), True)
-        return HTMLResponse(views.inbox(caller, inbox))
+        return _html(views.inbox(caller, inbox))
 
     async def turn(self, request: Request) -> Response:
         """``GET /console/turns/{id}``: the tree, what it waits for, the live timeline."""
@@ -101,14 +101,14 @@ class Console:
         turn_id = request.path_params["turn_id"]
         snapshot = await self.api.turn(caller, turn_id)
         tree = await run_in_threadpool(self._tree, caller, snapshot.root_turn_id)
-        return HTMLResponse(views.turn_page(caller, snapshot, tree))
+        return _html(views.turn_page(caller, snapshot, tree))
 
     async def turn_fragment(self, request: Request) -> Response:
         """``GET /console/fragments/turns/{id}``: the tree and the waiting part again."""
         caller = caller_of(request)
         snapshot = await self.api.turn(caller, request.path_params["turn_id"])
         tree = await run_in_threadpool(self._tree, caller, snapshot.root_turn_id)
-        return HTMLResponse(views.turn_body(caller, snapshot, tree))
+        return _html(views.turn_body(caller, snapshot, tree))
 
     # -- reads ---------------------------------------------------------------------------
     def _tenant(self, caller: Caller) -> str | None:
@@ -145,6 +145,20 @@ class Console:
             children = store.children_of(turn_id)
             stack.extend((depth + 1, child) for child in reversed(children))
         return out
+
+
+#: Console pages load only their own script and style, and no other site may frame them
+#: (an Approve button under someone else's page would be clickjacking).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _html(content: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(content, status_code=status_code, headers=SECURITY_HEADERS)
 
 
 async def _login_form(request: Request) -> str:

@@ -340,3 +340,14 @@ def test_deliveries_are_tenant_checked(http: TestClient) -> None:
         "deliveries": []
     }
     assert http.get(f"/turns/{turn_id}/deliveries", headers=bearer("globex-rw")).status_code == 404
+
+
+def test_console_pages_cannot_be_framed_and_load_only_their_own_assets(http: TestClient) -> None:
+    login = http.get("/console/login")
+    assert login.status_code == 200
+    assert "frame-ancestors 'none'" in login.headers["Content-Security-Policy"]
+    assert login.headers["X-Frame-Options"] == "DENY"
+    anonymous = http.get("/console", follow_redirects=False)
+    assert anonymous.status_code == 303 and anonymous.headers["location"] == "/console/login"
+    page = http.get("/console", headers=bearer("acme-ro"))
+    assert page.status_code == 200 and page.headers["X-Frame-Options"] == "DENY"
