@@ -57,6 +57,21 @@ def setup_tracing(service_name: str = "agentworker-worker") -> bool:
     return True
 
 
+def instrument_http_app(app: Any) -> None:
+    """The HTTP app: the SDK when OTEL_* asks, and a server span around every request.
+
+    With the ASGI instrumentation installed (the ``otel`` extra), a request's span (a child
+    of the caller's ``traceparent`` header) is current while the app starts or resumes a
+    turn, so the turn's trace continues the caller's.
+    """
+    setup_tracing("agentworker-http")
+    try:
+        from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    except ImportError:
+        return
+    app.add_middleware(OpenTelemetryMiddleware)
+
+
 def _exporter() -> Any:
     kind = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower().split(",")[0]
     if kind == "console":

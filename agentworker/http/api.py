@@ -35,6 +35,7 @@ from agentworker.http.schemas import (
 from agentworker.http.sse import already_over, event_source, stream_exists
 from agentworker.logs import use_json_in_http_app
 from agentworker.metrics import scrape
+from agentworker.otel import instrument_http_app
 from agentworker.settings import Settings
 from agentworker.webhooks import Outbox
 from runner_core import (
@@ -422,6 +423,7 @@ def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> S
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     guard_limits = Limits(settings.http_max_body_bytes, settings.http_body_timeout_seconds)
     app.add_middleware(Guard, auth=auth, limits=guard_limits)
+    instrument_http_app(app)  # OpenTelemetry: a span per request, outside the guard
     app.state.api = api
     app.state.auth = auth
     return app
