@@ -22,6 +22,7 @@ from urllib.parse import quote
 import pytest
 from kombu import Connection
 
+from agentworker.queues import celery_version
 from examples.local import Fleet, RedisServer
 from runner_core import (
     AgentResumeCommand,
@@ -220,3 +221,31 @@ def test_150_turns_with_a_worker_killed_mid_step_lose_and_double_nothing(
     effects = [int(client.get(k) or 0) for k in client.keys(PREFIX + "effect:*")]
     assert len(effects) == 40 * 5 and set(effects) == {1}
     print(f"150 turns on RabbitMQ with {victim} killed mid-step: {elapsed:.1f} s")
+
+
+@requires_rabbitmq
+@pytest.mark.skipif(celery_version() < (5, 5), reason="quorum queues need Celery 5.5+")
+def test_quorum_queues_run_turns_and_a_worker_of_another_type_refuses_to_start(
+    rabbit_fleet: Fleet, rabbit_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given both queues declared as quorum queues by a worker
+    rabbit_fleet.env["AGENTWORKER_QUEUE_TYPE"] = "quorum"
+    monkeypatch.setenv("AGENTWORKER_QUEUE_TYPE", "quorum")
+    rabbit_fleet.start_worker("quorum1")
+    rabbit_fleet.start_beat()
+    rabbit_fleet.wait_ready()
+    # When turns run through them, they complete
+    runner = producer()
+    ids = [runner.start("e2e-tools", f"job {i}").id for i in range(10)]
+    final = _drive(runner, ids, timeout=60)
+    assert {s.status for s in final.values()} == {AgentTurnStatus.COMPLETED}
+    assert "Global QoS is disabled" in (rabbit_fleet.logs / "quorum1.log").read_text()
+    # And a worker configured for classic queues exits at start with one line saying why
+    rabbit_fleet.env["AGENTWORKER_QUEUE_TYPE"] = "classic"
+    classic = rabbit_fleet.start_worker("classic1")
+    assert classic.wait(60) == 2
+    log = (rabbit_fleet.logs / "classic1.log").read_text()
+    step_queue = rabbit_env["AGENTWORKER_STEP_QUEUE"]
+    assert f"queue {step_queue!r} exists on the broker as a quorum queue" in log
+    assert "AGENTWORKER_QUEUE_TYPE=classic" in log
+    del rabbit_fleet.workers["classic1"]
