@@ -14,6 +14,7 @@ from typing import Any
 import celery
 from celery import Celery
 from kombu.entity import Exchange, Queue
+from kombu.exceptions import OperationalError
 
 from agentworker.settings import is_amqp
 from runner_core import ConfigurationError
@@ -111,8 +112,8 @@ def declare_queues(app: Celery, queue_type: str, timeout: float = 5.0) -> None:
     connection: Any = app.connection_for_write(connect_timeout=timeout)
     try:
         try:
-            connection.ensure_connection(max_retries=1, timeout=timeout)
-        except connection.connection_errors:
+            connection.ensure_connection(max_retries=0, timeout=timeout)
+        except (OperationalError, *connection.connection_errors):
             return
         for queue in app.amqp.queues.values():
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -159,3 +160,22 @@ def test_the_pool_suits_the_broker() -> None:
     assert default_pool(AMQP) == "prefork"
     assert default_pool("amqps://h//") == "prefork"
     assert default_pool(REDIS) == "solo"
+
+
+def test_declaring_at_start_leaves_an_unreachable_broker_to_celery() -> None:
+    from agentworker.celery_app import create_app
+    from agentworker.queues import declare_queues
+    from examples.local import free_port
+
+    app = create_app(settings(f"amqp://guest:guest@127.0.0.1:{free_port()}//"))
+    started = time.monotonic()
+    declare_queues(app, "classic")  # no error: Celery's own connection retries take over
+    assert time.monotonic() - started < 2.0
+
+
+def test_declaring_at_start_is_for_amqp_only() -> None:
+    from agentworker.celery_app import create_app
+    from agentworker.queues import declare_queues
+
+    app = create_app(settings("redis://127.0.0.1:1/0"))
+    declare_queues(app, "classic")  # never connects
