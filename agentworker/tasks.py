@@ -35,10 +35,10 @@ _clients: dict[str, Any] = {}
 
 
 def _webhook_redis(settings: Settings) -> Any:
-    from redis import Redis
+    from stores.redis.connection import make_client
 
     if settings.redis_url not in _clients:
-        _clients[settings.redis_url] = Redis.from_url(settings.redis_url)
+        _clients[settings.redis_url] = make_client(settings.redis_url)
     return _clients[settings.redis_url]
 
 

@@ -37,6 +37,7 @@ from redis import Redis
 from agentworker.signing import secret_key, sign
 from runner_core import AgentEvent, AgentEventType, AgentTurnSnapshot, RetryPolicy
 from runner_core.errors import ConfigurationError
+from stores.redis.connection import make_client
 
 log = logging.getLogger("agentworker.webhooks")
 
@@ -348,7 +349,7 @@ def outbox_of(settings: Any, redis: Redis | None = None) -> Outbox:
         multiplier=2.0,
         jitter=settings.webhook_retry_initial_seconds / 2,
     )
-    client = redis if redis is not None else Redis.from_url(settings.redis_url)
+    client = redis if redis is not None else make_client(settings.redis_url)
     return Outbox(
         client,
         settings.namespace,

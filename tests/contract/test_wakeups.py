@@ -98,6 +98,7 @@ def test_a_refused_dispatch_leaves_the_turn_to_the_sweeper(
     turn = runner.start("looker", "go")  # saved; its wake-up refused (and logged)
     assert broker.queue == []
     broker.refuse = False
+    time.sleep(0.01)  # the sweeper's estimate of the server clock is good to a millisecond
 
     report = sweep_once(runner, lost_after=0.0)
 
@@ -141,6 +142,7 @@ def test_marks_set_before_a_broker_gap_are_forgotten_and_later_ones_kept(
     assert runner.store.forget_queued(gap) == 0  # nothing left to forget
 
     # Then the sweeper re-sends those two (once), never the one marked after the gap
+    time.sleep(0.01)  # (the sweeper's clock estimate is good to a millisecond)
     sweep_once(runner, lost_after=0.0)
     assert sorted(broker.queue) == sorted(before)
     sweep_once(runner, lost_after=0.0)
