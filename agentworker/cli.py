@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.tree import Tree
 
+from agentworker.cli_http import remote
 from agentworker.cli_views import (
     status_markup,
     summary_json,
@@ -42,6 +43,7 @@ turns = typer.Typer(
     help="Start, list, inspect, follow, resume and cancel turns.", no_args_is_help=True
 )
 app.add_typer(turns, name="turns")
+app.add_typer(remote, name="http")
 console = Console()
 errors = Console(stderr=True)
 
