@@ -15,7 +15,8 @@ from tests.install.floors import floors
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-min"
-TEST_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "pyyaml", "httpx"]
+# standardwebhooks: the reference library the HTTP and webhook tests verify signatures with.
+TEST_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "pyyaml", "httpx", "standardwebhooks"]
 SUITES = ["tests/unit", "tests/contract", "tests/e2e", "tests/cluster"]
 
 
