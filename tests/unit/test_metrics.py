@@ -155,12 +155,14 @@ def metric_names() -> list[str]:
     return [*names, "agentworker_turns"]
 
 
-def test_turn_counts_from_the_redis_indexes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_turn_counts_from_the_redis_indexes(tmp_path: Path, kind: str) -> None:
     from examples.local import RedisServer
+    from examples.local_cluster import LocalCluster
     from stores import RedisAgentTurnStore
     from stores.redis.counts import turn_counts
 
-    server = RedisServer(tmp_path).start()
+    server = RedisServer(tmp_path).start() if kind == "redis" else LocalCluster(tmp_path).start()
     try:
         store = RedisAgentTurnStore(server.url, namespace="counts")
         runner = AgentRunner(store, InMemoryAgentLoader(agents(memory_fail_once())))
