@@ -174,6 +174,8 @@ class Outbox:
         """Record one delivery; its id if new, None if this event was recorded already."""
         msg_id = message_id(subscription, url, event.turn_id, event.sequence)
         key = self._record(msg_id)
+        # The claim first: the rest may span hash slots (a cluster), so it is no transaction;
+        # a record left without its url by a crash here is dropped at its first attempt.
         if not self.redis.hsetnx(key, "state", "pending"):
             return None
         fields = {
@@ -185,7 +187,7 @@ class Outbox:
             "attempts": 0,
             "created_at": time.time(),
         }
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
         pipe.expire(key, KEEP_SECONDS)
         pipe.zadd(self.due_key, {msg_id: time.time()})
@@ -250,7 +252,7 @@ class Outbox:
     def _settle(self, msg_id: str, attempts: int, outcome: str, problem: str) -> str:
         key, now = self._record(msg_id), time.time()
         entry = json.dumps({"at": now, "outcome": outcome, "problem": problem})
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.redis.pipeline(transaction=False)
         pipe.hset(key, mapping={"attempts": attempts, "last": entry})
         pipe.rpush(key + ":attempts", entry)
         pipe.expire(key + ":attempts", KEEP_SECONDS)
