@@ -4,12 +4,17 @@ to a receiver in this test; its metrics port is scraped during and after the run
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from agentworker.runtime import make_runner  # noqa: E402
+from examples.local import ROOT as REPO  # noqa: E402
 from examples.local import Fleet, free_port  # noqa: E402
 from runner_core import AgentResumeCommand, AgentTurnOptions, AgentTurnStatus  # noqa: E402
 from tests.observed_agents import CHILD, MODEL, POLICY, ROOT, collecting_spans  # noqa: E402
@@ -272,3 +278,95 @@ def _invoke_span_id(exporter: Any, turn_id: str) -> int:
         ):
             return int(span.context.span_id)
     raise AssertionError("no invoke_agent span in the producer")
+
+
+def test_the_http_app_serves_the_fleets_metrics_to_an_operator_only(
+    fleet: Fleet, fleet_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Given a prefork worker and the HTTP app on one host, sharing a multiprocess directory
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    loader = "tests.observed_agents:loader"
+    env = {
+        **fleet_env,
+        "AGENTWORKER_AGENT_LOADER": loader,
+        "PROMETHEUS_MULTIPROC_DIR": str(shared),
+        "AGENTWORKER_METRICS_PORT": str(free_port()),
+    }
+    fleet.env.update(env)
+    fleet.start_worker("w1", concurrency=2, pool="prefork")
+    fleet.wait_ready()
+    port = free_port()
+    credentials = [{"token": "acme", "tenant": "acme", "scopes": ["read", "write"]}]
+    http_env = {
+        **os.environ,
+        **env,
+        "AGENTWORKER_API_TOKEN": "ops",
+        "AGENTWORKER_CREDENTIALS": json.dumps(credentials),
+        "PYTHONPATH": str(REPO),
+    }
+    command = [sys.executable, "-m", "uvicorn", "agentworker.http:app", "--port", str(port)]
+    with (tmp_path / "uvicorn.log").open("wb") as out:
+        proc = subprocess.Popen(command, env=http_env, cwd=REPO, stdout=out, stderr=out)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(base + "/healthz"), timeout=20)
+
+        # When a tenant starts a one-step turn over HTTP and it ends on the worker
+        started = _request(base + "/turns", "acme", {"agent": CHILD, "input": "go"})
+        assert started[0] == 201, started
+        turn_id = json.loads(started[1])["id"]
+
+        def ended() -> bool:
+            status, body = _request(f"{base}/turns/{turn_id}", "acme")
+            return status == 200 and json.loads(body)["status"] == "COMPLETED"
+
+        wait_for(ended, timeout=30)
+
+        # Then an operator reads the worker processes' counts through the HTTP app
+        def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            status, body = _request(base + "/metrics", "ops")
+            assert status == 200, body
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(body)
+                for s in family.samples
+            }
+            key = ("agentworker_turns_ended_total", (("agent", CHILD), ("status", "COMPLETED")))
+            return samples if samples.get(key) == 1 else {}
+
+        samples = wait_for(scraped, timeout=15)
+        tokens = (("agent", CHILD), ("direction", "output"), ("model", MODEL))
+        assert samples[("agentworker_tokens_total", tokens)] == 3
+        assert samples[("agentworker_steps_total", (("outcome", "COMPLETED"),))] == 1
+        assert ("agentworker_turns", (("state", "live"),)) in samples
+
+        # and nobody else does
+        assert _request(base + "/metrics", None)[0] == 401
+        assert _request(base + "/metrics", "wrong")[0] == 401
+        assert _request(base + "/metrics", "acme")[0] == 403
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _request(url: str, token: str | None, body: dict[str, Any] | None = None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
