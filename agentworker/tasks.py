@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import Celery
 
-from agentworker import observability
+from agentworker import metrics, observability
 from agentworker.beat import sweep_started
 from agentworker.runtime import process_runner, worker_id
 from agentworker.settings import Settings
@@ -76,7 +76,9 @@ def register(app: Celery) -> None:
         from agentworker.webhooks import outbox_of
 
         settings = Settings()
-        return outbox_of(settings, _webhook_redis(settings)).deliver(message_id)
+        outcome = outbox_of(settings, _webhook_redis(settings)).deliver(message_id)
+        metrics.webhook_delivered(outcome)
+        return outcome
 
     @app.task(name="agentworker.housekeeping", ignore_result=True, shared=False)
     def housekeeping() -> dict[str, int]:

@@ -180,3 +180,20 @@ def test_turn_counts_from_the_redis_indexes(tmp_path: Path, kind: str) -> None:
         store.close()
     finally:
         server.stop()
+
+
+def test_webhook_delivery_attempts_are_counted_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentworker.webhooks
+    from agentworker.celery_app import create_app
+
+    class Outbox:
+        def deliver(self, message_id: str) -> str:
+            return "retry" if message_id == "m2" else "delivered"
+
+    monkeypatch.setattr(agentworker.webhooks, "outbox_of", lambda *a, **k: Outbox())
+    task = create_app().tasks["agentworker.deliver_webhook"]
+    before = value("agentworker_webhook_deliveries_total", outcome="delivered")
+    retries = value("agentworker_webhook_deliveries_total", outcome="retry")
+    assert [task.run("m1"), task.run("m2"), task.run("m3")] == ["delivered", "retry", "delivered"]
+    assert value("agentworker_webhook_deliveries_total", outcome="delivered") - before == 2
+    assert value("agentworker_webhook_deliveries_total", outcome="retry") - retries == 1
