@@ -239,7 +239,9 @@ class InMemoryAgentTurnStore:
             "runnable": sum(1 for h in headers if _indexed_runnable(h)),
             "leased": sum(1 for h in headers if h.lease is not None and h.lease.until > now),
             "waiting_for_children": sum(
-                1 for h in headers if h.status is AgentTurnStatus.WAITING_FOR_CHILD
+                1
+                for h in headers
+                if h.status is AgentTurnStatus.WAITING_FOR_CHILD and not h.all_children_reported()
             ),
             "quarantined": 0,
         }

@@ -149,7 +149,6 @@ class _StepSpan:
         if current.is_valid and (parent is None or _trace_of(parent) != current.trace_id):
             links.append(trace.Link(current, {"agentworker.link": "wake-up"}))
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.id": st.agent_id,
             "agentworker.agent.version": st.agent_version,
             "agentworker.step.phase": st.phase.value,
