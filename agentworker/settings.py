@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     #: The address the metrics port listens on.
     metrics_addr: str = "127.0.0.1"
     #: ``json``: workers, beat and the HTTP app log one JSON object per line.
-    log_format: str = "text"
+    log_format: Literal["text", "json"] = "text"
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
