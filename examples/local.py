@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import redis
+from kombu.connection import Connection
 
 from agentworker.queues import default_pool
 
@@ -114,6 +115,70 @@ class RedisServer:
     def client(self) -> redis.Redis:
         """A new client to this server."""
         return redis.Redis(host="127.0.0.1", port=self.port)
+
+
+RABBITMQ = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+
+class RabbitMQServer:
+    """A private RabbitMQ node on free loopback ports (its own epmd port and data dir)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port, self.dist_port, self.epmd_port = free_port(), free_port(), free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The AMQP URL (guest may log in over loopback)."""
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def start(self, timeout: float = 60.0) -> RabbitMQServer:
+        """Start the node and wait until it accepts AMQP connections."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "enabled_plugins").write_text("[].")
+        env = {
+            **os.environ,
+            "RABBITMQ_NODENAME": f"agentworker-{self.port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "RABBITMQ_MNESIA_BASE": str(self.directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.directory / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.directory / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.directory / "none"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.directory / "none-advanced.config"),
+            "RABBITMQ_PID_FILE": str(self.directory / "pid"),
+        }
+        log = (self.directory / "server.log").open("ab")
+        self.process = subprocess.Popen([RABBITMQ], env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with Connection(self.url, connect_timeout=1) as conn:  # type: ignore[no-untyped-call]
+                    conn.connect()
+                    return self
+            except Exception:  # noqa: BLE001 - not up yet
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"rabbitmq-server did not start, see {log.name}")
+
+    def stop(self) -> None:
+        """Stop the node, then the epmd it started on its own port."""
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+        epmd = shutil.which("epmd")
+        if epmd:
+            subprocess.run(
+                [epmd, "-port", str(self.epmd_port), "-kill"],
+                capture_output=True,
+                check=False,
+                timeout=10,
+            )
 
 
 class Fleet:

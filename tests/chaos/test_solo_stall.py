@@ -15,22 +15,16 @@ import pytest
 from agentworker.celery_app import create_app
 from agentworker.settings import Settings
 from examples.local import Fleet
-from tests.e2e.test_rabbitmq import (
-    broker_url,
-    rabbit_env,
-    rabbit_fleet,
-    requires_rabbitmq,
-)
+from tests.e2e.test_rabbitmq import amqp_base, broker_url, rabbit_env, rabbit_fleet
 
 pytestmark = pytest.mark.chaos
 
-__all__ = ["broker_url", "rabbit_env", "rabbit_fleet"]
+__all__ = ["amqp_base", "broker_url", "rabbit_env", "rabbit_fleet"]
 
 TASKS = 200
 CAP = 10.0
 
 
-@requires_rabbitmq
 def test_a_solo_worker_on_amqp_stalls_where_prefork_does_not(
     rabbit_fleet: Fleet, rabbit_env: dict[str, str]
 ) -> None:

@@ -1,9 +1,9 @@
 """A real fleet on RabbitMQ: prefork workers, the store on a private redis-server.
 
-Skipped when no RabbitMQ answers at ``AGENTWORKER_TEST_AMQP_URL`` (default: guest on
-127.0.0.1:5672). Each test gets a vhost of its own (``rabbitmqctl``), or, where
-rabbitmqctl cannot reach the node, queues named for the test on the default vhost; both
-are removed afterwards.
+The broker: the one at ``AGENTWORKER_TEST_AMQP_URL`` (default: guest on 127.0.0.1:5672),
+else a private node started for the session when rabbitmq-server is installed, else the
+tests skip, saying so. On the local node each test gets a vhost of its own
+(``rabbitmqctl``); elsewhere, queues named for the test; both are removed afterwards.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from kombu import Connection
 
 from agentworker.queues import celery_version
-from examples.local import Fleet, RedisServer
+from examples.local import RABBITMQ, Fleet, RabbitMQServer, RedisServer
 from runner_core import (
     AgentResumeCommand,
     AgentRunner,
@@ -44,16 +44,28 @@ AMQP_URL = os.environ.get("AGENTWORKER_TEST_AMQP_URL", "amqp://guest:guest@127.0
 def _reachable(url: str) -> bool:
     try:
         with Connection(url, connect_timeout=2) as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
+            conn.ensure_connection(max_retries=0, timeout=2)
         return True
     except Exception:  # noqa: BLE001 - any failure means: no broker to test against
         return False
 
 
-requires_rabbitmq = pytest.mark.skipif(
-    not _reachable(AMQP_URL + "%2F"),
-    reason=f"RabbitMQ is not reachable at {AMQP_URL} (set AGENTWORKER_TEST_AMQP_URL)",
-)
+@pytest.fixture(scope="session")
+def amqp_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+    """``(URL without the vhost, whether rabbitmqctl manages that node)``."""
+    if _reachable(AMQP_URL + "%2F"):
+        yield AMQP_URL, "AGENTWORKER_TEST_AMQP_URL" not in os.environ
+        return
+    if not Path(RABBITMQ).exists():
+        pytest.skip(
+            f"RabbitMQ is not reachable at {AMQP_URL} (set AGENTWORKER_TEST_AMQP_URL) and "
+            "rabbitmq-server is not installed to start a private node"
+        )
+    node = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq")).start()
+    try:
+        yield node.url[: -len("/")], False
+    finally:
+        node.stop()
 
 
 def _rabbitmqctl(*args: str) -> bool:
@@ -65,17 +77,18 @@ def _rabbitmqctl(*args: str) -> bool:
 
 
 @pytest.fixture()
-def broker_url() -> Iterator[str]:
-    """A vhost of this test's own, or (no rabbitmqctl) the default one."""
+def broker_url(amqp_base: tuple[str, bool]) -> Iterator[str]:
+    """A vhost of this test's own on the local node, else the default vhost."""
+    base, managed = amqp_base
     vhost = "agentworker-e2e-" + uuid.uuid4().hex[:8]
-    if _rabbitmqctl("add_vhost", vhost):
+    if managed and _rabbitmqctl("add_vhost", vhost):
         _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
         try:
-            yield AMQP_URL + quote(vhost, safe="")
+            yield base + quote(vhost, safe="")
         finally:
             _rabbitmqctl("delete_vhost", vhost)
     else:
-        yield AMQP_URL + "%2F"
+        yield base + "%2F"
 
 
 @pytest.fixture()
@@ -161,7 +174,6 @@ def _owner(fleet: Fleet, child_pid: int) -> str:
     raise AssertionError(f"no fleet worker runs pid {child_pid}")
 
 
-@requires_rabbitmq
 def test_150_turns_with_a_worker_killed_mid_step_lose_and_double_nothing(
     rabbit_fleet: Fleet, rabbit_env: dict[str, str], redis_server: RedisServer
 ) -> None:
@@ -223,7 +235,6 @@ def test_150_turns_with_a_worker_killed_mid_step_lose_and_double_nothing(
     print(f"150 turns on RabbitMQ with {victim} killed mid-step: {elapsed:.1f} s")
 
 
-@requires_rabbitmq
 @pytest.mark.skipif(celery_version() < (5, 5), reason="quorum queues need Celery 5.5+")
 def test_quorum_queues_run_turns_and_a_worker_of_another_type_refuses_to_start(
     rabbit_fleet: Fleet, rabbit_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
