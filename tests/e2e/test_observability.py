@@ -29,7 +29,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from agentworker.celery_app import create_app  # noqa: E402
 from agentworker.runtime import make_runner  # noqa: E402
+from agentworker.settings import Settings  # noqa: E402
 from examples.local import ROOT as REPO  # noqa: E402
 from examples.local import Fleet, free_port  # noqa: E402
 from runner_core import AgentResumeCommand, AgentTurnOptions, AgentTurnStatus  # noqa: E402
@@ -168,7 +170,8 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
     fleet.start_worker("w1", concurrency=2, pool="prefork")
     fleet.start_beat()
     fleet.wait_ready()
-    runner = make_runner()
+    settings = Settings()  # the producer's, from the fleet's environment
+    runner = make_runner(settings, create_app(settings))
 
     # When a producer starts the scenario's turn inside its own span, and approves the payment
     with trace.get_tracer("test").start_as_current_span("producer") as producer:
