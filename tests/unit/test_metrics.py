@@ -191,6 +191,7 @@ def test_webhook_delivery_attempts_are_counted_by_outcome(monkeypatch: pytest.Mo
             return "retry" if message_id == "m2" else "delivered"
 
     monkeypatch.setattr(agentworker.webhooks, "outbox_of", lambda *a, **k: Outbox())
+    monkeypatch.setenv("AGENTWORKER_REDIS_URL", "redis://127.0.0.1:1/0")  # never connected
     task = create_app().tasks["agentworker.deliver_webhook"]
     before = value("agentworker_webhook_deliveries_total", outcome="delivered")
     retries = value("agentworker_webhook_deliveries_total", outcome="retry")
