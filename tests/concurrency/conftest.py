@@ -3,6 +3,7 @@
 from tests.contract.conftest import (  # noqa: F401 - fixtures
     make_store,
     namespace,
+    redis_cluster,
     redis_server,
     store_kind,
 )
