@@ -143,10 +143,14 @@ def app_from_environment() -> Celery:
     try:
         return create_app()
     except ValidationError as exc:
-        problems = "; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())
-        raise SystemExit(f"agentworker: invalid settings: {problems}") from None
+        raise SystemExit(f"agentworker: invalid settings: {problems(exc)}") from None
     except ConfigurationError as exc:
         raise SystemExit(f"agentworker: invalid settings: {exc}") from None
+
+
+def problems(exc: ValidationError) -> str:
+    """One line naming each invalid ``AGENTWORKER_*`` setting."""
+    return "; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())
 
 
 def _problem(loc: tuple[int | str, ...], message: str) -> str:

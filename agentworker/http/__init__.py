@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from agentworker.http.api import create_http_app
 from agentworker.http.auth import (
     IDEMPOTENCY_HEADER,
@@ -56,13 +58,16 @@ def _default_app() -> Starlette:
     global _app
     with _lock:
         if _app is None:
+            from agentworker.celery_app import problems
             from agentworker.runtime import make_runner
             from agentworker.settings import Settings
 
-            settings = Settings()
             try:
+                settings = Settings()
                 settings.load_agent_loader()  # a wrong loader stops the start; Redis need not
                 _app = create_http_app(lambda: make_runner(settings), settings)
             except ConfigurationError as exc:
                 raise SystemExit(f"agentworker.http: {exc}") from None
+            except ValidationError as exc:
+                raise SystemExit(f"agentworker.http: invalid settings: {problems(exc)}") from None
         return _app
