@@ -30,6 +30,13 @@ class CeleryDispatcher:
 
     def __call__(self, turn_id: str) -> None:
         """Wake a worker for ``turn_id``."""
+        self._send(turn_id, f"(turn_id={turn_id!r})")
+
+    def send_for(self, turn_id: str, agent_id: str) -> None:
+        """The same wake-up, shown with its agent (Flower's task arguments)."""
+        self._send(turn_id, f"(turn_id={turn_id!r}, agent={agent_id[:100]!r})")
+
+    def _send(self, turn_id: str, argsrepr: str) -> None:
         amqp = self.app.amqp
         parent_id, root_id = _parent_ids(self.app)
         message = amqp.create_task_message(
@@ -39,7 +46,7 @@ class CeleryDispatcher:
             {},
             root_id=root_id,
             parent_id=parent_id,
-            argsrepr=f"(turn_id={turn_id!r})",
+            argsrepr=argsrepr,
             kwargsrepr="{}",
         )
         queue = amqp.queues[self.queue]

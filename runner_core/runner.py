@@ -113,7 +113,7 @@ class AgentRunner:
         an id that exists raises ``ConcurrentModificationError`` and creates nothing.
         """
         turn = self._create(agent, input, history, conversation_id, options, turn_id)
-        self.dispatch(turn.id, marked=True)
+        self.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
         return turn
 
     def _create(
@@ -237,7 +237,7 @@ class AgentRunner:
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
         turn = self._apply_resume(turn_id, command)
-        self.dispatch(turn.id, marked=True)
+        self.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
         return turn
 
     def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
@@ -442,13 +442,16 @@ class AgentRunner:
         """Stop listening."""
         self.events.remove(listener)
 
-    def dispatch(self, turn_id: str, *, marked: bool = False) -> bool:
+    def dispatch(
+        self, turn_id: str, *, marked: bool = False, agent_id: str | None = None
+    ) -> bool:
         """Tell the dispatcher a turn is runnable; a failure is logged (the sweeper resends).
 
         ``marked``: the commit that made it runnable already marked its wake-up queued
-        (a failed send then clears the mark). True if a wake-up was sent.
+        (a failed send then clears the mark). ``agent_id``, when known, is shown with the
+        wake-up by dispatchers that can (``DescribingDispatcher``). True if sent.
         """
-        return self.waker.dispatch(turn_id, marked=marked)
+        return self.waker.dispatch(turn_id, marked=marked, agent_id=agent_id)
 
     def wake(self, turn_ids: Sequence[str]) -> int:
         """Send a wake-up for each turn and mark the sent ones queued (one store call)."""

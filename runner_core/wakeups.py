@@ -11,12 +11,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 from runner_core.store import AgentTurnStore
 
 log = logging.getLogger("runner_core.runner")
 
 Dispatcher = Callable[[str], None]
+
+
+@runtime_checkable
+class DescribingDispatcher(Protocol):
+    """A dispatcher that can also show which agent a wake-up is for (Flower, logs).
+
+    Optional: any ``Callable[[str], None]`` is a dispatcher; one with this method gets the
+    agent id when the sender knows it. The message still carries the turn id only.
+    """
+
+    def __call__(self, turn_id: str) -> None:
+        """Send a wake-up for ``turn_id``."""
+
+    def send_for(self, turn_id: str, agent_id: str) -> None:
+        """Send the same wake-up, described as one for ``agent_id``'s turn."""
 
 
 class Waker:
@@ -27,9 +43,11 @@ class Waker:
         self.dispatcher = dispatcher
         self._unsent: dict[str, None] = {}
 
-    def dispatch(self, turn_id: str, *, marked: bool = False) -> bool:
+    def dispatch(
+        self, turn_id: str, *, marked: bool = False, agent_id: str | None = None
+    ) -> bool:
         """Send one wake-up; ``marked``: its commit marked it queued. True if sent."""
-        sent = self._send(turn_id, marked=marked)
+        sent = self._send(turn_id, marked=marked, agent_id=agent_id)
         if sent and not marked:
             self.store.mark_queued([turn_id])
         return sent
@@ -51,12 +69,15 @@ class Waker:
             self._send_unsent()
         return before - len(self._unsent)
 
-    def _send(self, turn_id: str, *, marked: bool) -> bool:
+    def _send(self, turn_id: str, *, marked: bool, agent_id: str | None = None) -> bool:
         dispatcher = self.dispatcher()
         if dispatcher is None:
             return False
         try:
-            dispatcher(turn_id)
+            if agent_id is not None and isinstance(dispatcher, DescribingDispatcher):
+                dispatcher.send_for(turn_id, agent_id)
+            else:
+                dispatcher(turn_id)
         except Exception:
             log.exception("dispatching turn %s failed; the sweeper will send it", turn_id)
             if marked:

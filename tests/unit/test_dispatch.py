@@ -62,6 +62,25 @@ def test_a_wake_up_is_a_step_turn_message_with_the_turn_id_only(
     assert ours["headers"]["id"] != celerys["headers"]["id"]
 
 
+def test_a_runner_shows_the_agent_of_a_wake_up_and_still_sends_the_turn_id_only(
+    dispatcher: CeleryDispatcher, broker: redis.Redis
+) -> None:
+    # Given a runner on this dispatcher
+    from runner_core import Agent, AgentRunner, FunctionModel, InMemoryAgentLoader
+
+    agent = Agent("orders", FunctionModel(lambda request: "done"))
+    runner = AgentRunner(agent_loader=InMemoryAgentLoader([agent]), dispatcher=dispatcher)
+    # When it starts a turn (the agent is known) and a repair wakes one (it is not)
+    turn = runner.start("orders", "hi")
+    runner.wake([turn.id])
+    # Then Flower's arguments name the agent where known; the message is the same
+    started, woken = messages(broker, "agentworker.steps")
+    assert started["headers"]["argsrepr"] == f"(turn_id={turn.id!r}, agent='orders')"
+    assert woken["headers"]["argsrepr"] == f"(turn_id={turn.id!r})"
+    for message in (started, woken):
+        assert json.loads(base64.b64decode(message["body"]))[0] == [turn.id]
+
+
 def test_an_unreachable_broker_raises_after_the_publish_retry_policy() -> None:
     app = create_app(Settings(broker_url=f"redis://127.0.0.1:{free_port()}/1"))
     started = time.monotonic()
