@@ -6,6 +6,7 @@ to its floor (``floors.py``) and the test tools unpinned, then runs pytest from 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -40,6 +41,11 @@ def build() -> Path:
     return python
 
 
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them (pip prints some with underscores)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def main() -> None:
     """Install if needed, check the pins took, run the suites."""
     started = time.monotonic()
@@ -47,11 +53,14 @@ def main() -> None:
     listing = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
     ).stdout.lower()
-    installed = dict(line.split("==", 1) for line in listing.split() if "==" in line)
+    installed = {
+        canonical(name): version
+        for name, version in (line.split("==", 1) for line in listing.split() if "==" in line)
+    }
     wrong = {
-        n: installed.get(n.replace("_", "-"))
+        n: installed.get(canonical(n))
         for n, v in floors(ROOT / "pyproject.toml").items()
-        if installed.get(n.replace("_", "-"), "").split("+")[0] not in (v, v + ".0", v + ".0.0")
+        if installed.get(canonical(n), "").split("+")[0] not in (v, v + ".0", v + ".0.0")
     }
     if wrong:
         raise SystemExit(f"test-min: not at the floor: {wrong}")
