@@ -107,6 +107,13 @@ def eventually(
         time.sleep(0.1)
 
 
+def shows(args: object, turn_id: str) -> bool:
+    """A step task's arguments name this turn (and its agent, when the sender knew it)."""
+    return args == f"(turn_id={turn_id!r})" or (
+        isinstance(args, str) and args.startswith(f"(turn_id={turn_id!r}, agent=")
+    )
+
+
 def step_tasks(client: httpx.Client) -> dict[str, dict[str, Any]]:
     """Flower's ``agentworker.step_turn`` tasks, by task id."""
     response = client.get("/api/tasks", params={"taskname": "agentworker.step_turn"}, auth=AUTH)
@@ -166,7 +173,7 @@ def test_flower_shows_the_worker_and_each_turns_steps_behind_basic_auth(
             by_turn: dict[str, list[dict[str, Any]]] = {t: [] for t in turns}
             for task in step_tasks(client).values():
                 for turn_id in turns:
-                    if task.get("args") == f"(turn_id={turn_id!r})":
+                    if shows(task.get("args"), turn_id):
                         by_turn[turn_id].append(task)
             done = all(
                 steps and all(s["state"] == "SUCCESS" for s in steps) for steps in by_turn.values()
@@ -184,12 +191,12 @@ def test_flower_shows_the_worker_and_each_turns_steps_behind_basic_auth(
                 auth=AUTH,
             )
             assert found.status_code == 200, found.text
-            assert {t["args"] for t in found.json().values()} == {f"(turn_id={turn_id!r})"}
+            assert all(shows(t["args"], turn_id) for t in found.json().values())
             assert {s["uuid"] for s in steps} <= {t["uuid"] for t in found.json().values()}
-            # The task page a person opens shows the turn id as the step's arguments.
+            # The task page a person opens shows the turn id and its agent as the arguments.
             page = client.get(f"/task/{steps[0]['uuid']}", auth=AUTH)
             assert page.status_code == 200
-            assert f"(turn_id={turn_id!r})" in html.unescape(page.text)
+            assert f"(turn_id={turn_id!r}, agent=" in html.unescape(page.text)
 
         # And the dashboard a person sees lists the worker, behind the browser's login prompt
         assert client.get("/workers").headers.get("WWW-Authenticate", "").startswith("Basic ")
