@@ -11,7 +11,6 @@ from typing import Any
 from celery import Celery, signals
 from pydantic import ValidationError
 
-from agentworker.broker import transport_for
 from agentworker.queues import declare_queues, task_queues
 from agentworker.reconnect import ForgetQueuedOnReconnect
 from agentworker.settings import Settings, is_amqp
@@ -22,9 +21,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """The Celery settings for ``settings``."""
     return {
         "broker_url": settings.broker,
-        # kombu's Redis transport with one client per channel, not one per command
-        # (agentworker/broker.py); other brokers keep kombu's transport.
-        "broker_transport": transport_for(settings.broker),
         # JSON only: a message is a wake-up with a turn id; pickle is refused on receipt.
         "task_serializer": "json",
         "accept_content": ["json"],
