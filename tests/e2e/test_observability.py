@@ -186,7 +186,11 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
         with receiver.lock:
             got = list(receiver.spans)
         ends = [s for s in got if s.attributes.get("agentworker.turn.status") == "COMPLETED"]
-        return got if any(s.name == f"step {ROOT}" for s in ends) else []
+        # each prefork process exports on its own schedule: the root's last step can
+        # arrive before the other process's child steps
+        children = {s.parent_id for s in got if s.name == f"step {CHILD}"}
+        done = any(s.name == f"step {ROOT}" for s in ends) and len(children) >= 2
+        return got if done else []
 
     got = wait_for(root_done, timeout=30)
     ours = [s for s in got if s.attributes.get("agentworker.root_turn.id") == turn.id]
