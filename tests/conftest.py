@@ -9,5 +9,18 @@ they start still set their own URLs explicitly.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+
+import pytest
+
+from examples.local import RedisServer
 
 os.environ.setdefault("AGENTWORKER_REDIS_URL", "redis://127.0.0.1:1/0")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server (no AOF) shared by one test module."""
+    s = RedisServer(tmp_path_factory.mktemp("redis"), appendonly=False).start()
+    yield s
+    s.stop()

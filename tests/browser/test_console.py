@@ -76,13 +76,6 @@ def _ship_then_answer(request: ModelRequest) -> AiMessage:
     return AiMessage("done: " + results[0].content)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-console"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def base_url(server: RedisServer) -> Iterator[str]:
     namespace = "console-" + uuid.uuid4().hex[:8]

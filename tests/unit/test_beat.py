@@ -27,13 +27,6 @@ pytestmark = [
 INTERVAL = 0.1  # the pending mark lives 5 intervals: 0.5 s
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-beat"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture()
 def settings(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> Settings:
     server.client().flushall()

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,13 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # What the installed `agentworker` script runs, with this interpreter.
 COMMAND = [sys.executable, "-c", "from agentworker.console import main; main()"]
 cli = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    srv = RedisServer(tmp_path_factory.mktemp("redis-cli"), appendonly=False).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture()

@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from types import MappingProxyType
 from typing import Any
 
@@ -39,13 +38,6 @@ from runner_core import (
 )
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-events"), appendonly=False).start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -31,13 +31,6 @@ CREDENTIALS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-api"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def settings(server: RedisServer) -> Settings:
     return Settings(

@@ -38,13 +38,6 @@ SECRET = "unit-secret"
 TOKEN = "unit-token"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-http"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def settings(server: RedisServer) -> Settings:
     return Settings(

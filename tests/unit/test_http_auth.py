@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -229,13 +228,6 @@ def test_the_fingerprint_ignores_the_timestamp_but_not_path_or_body() -> None:
 
 
 # -- the ledger (needs redis-server) ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-auth"), appendonly=False).start()
-    yield s
-    s.stop()
 
 
 def run_ledger(server: RedisServer, scenario: object) -> object:

@@ -28,13 +28,6 @@ CREDENTIALS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-cli-http"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def url(server: RedisServer) -> Iterator[str]:
     settings = Settings(

@@ -41,13 +41,6 @@ CREDENTIALS = [
 LIMIT = 64 * 1024
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-sec"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def settings(server: RedisServer) -> Settings:
     return Settings(

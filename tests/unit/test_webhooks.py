@@ -53,13 +53,6 @@ class Receiver:
         self.server.shutdown()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = RedisServer(tmp_path_factory.mktemp("redis-wh"), appendonly=False).start()
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver(fail=2)
