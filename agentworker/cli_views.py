@@ -5,28 +5,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, SuspensionType
-
-
-class Summary(Protocol):
-    """The fields of one listed turn (the Redis store's ``TurnSummary``)."""
-
-    turn_id: str
-    status: AgentTurnStatus
-    agent_id: str
-    root_turn_id: str
-    parent_turn_id: str | None
-    conversation_id: str | None
-    version: int
-    created_at: float
-    updated_at: float
-    lease_owner: str | None
-    cancel_requested: bool
+from stores.redis.codec import TurnSummary
 
 
 def status_markup(status: str | AgentTurnStatus) -> str:
@@ -68,7 +53,7 @@ def waiting_for(snapshot: AgentTurnSnapshot | None) -> str:
     return s.message
 
 
-def turns_table(rows: list[tuple[Summary, AgentTurnSnapshot | None]]) -> Table:
+def turns_table(rows: list[tuple[TurnSummary, AgentTurnSnapshot | None]]) -> Table:
     """The ``turns list`` table."""
     table = Table()
     columns = ("turn", "agent", "status", "v", "created", "updated", "waiting for", "leased by")
@@ -88,7 +73,7 @@ def turns_table(rows: list[tuple[Summary, AgentTurnSnapshot | None]]) -> Table:
     return table
 
 
-def summary_json(row: Summary, snapshot: AgentTurnSnapshot | None) -> dict[str, Any]:
+def summary_json(row: TurnSummary, snapshot: AgentTurnSnapshot | None) -> dict[str, Any]:
     """One listed turn as JSON (times are Unix seconds)."""
     return {
         "id": row.turn_id,

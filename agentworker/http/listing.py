@@ -13,33 +13,15 @@ import binascii
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentworker.http.errors import ApiError
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, TurnNotFoundError
+from runner_core.store import TurnListing
 
 SCAN_CAP = 10_000
-
-
-class Listed(Protocol):
-    """What a store's ``list_turns`` returns per turn (Redis and memory stores alike)."""
-
-    @property
-    def turn_id(self) -> str: ...  # noqa: D102
-    @property
-    def status(self) -> AgentTurnStatus: ...  # noqa: D102
-    @property
-    def agent_id(self) -> str: ...  # noqa: D102
-    @property
-    def parent_turn_id(self) -> str | None: ...  # noqa: D102
-    @property
-    def conversation_id(self) -> str | None: ...  # noqa: D102
-    @property
-    def created_at(self) -> float: ...  # noqa: D102
-    @property
-    def updated_at(self) -> float: ...  # noqa: D102
 
 
 class ListQuery(BaseModel):
@@ -70,7 +52,7 @@ class ListQuery(BaseModel):
             field = ".".join(str(p) for p in first["loc"]) or "query"
             raise ApiError(422, f"{field}: {first['msg']}", field) from None
 
-    def keeps(self, t: Listed) -> bool:
+    def keeps(self, t: TurnListing) -> bool:
         """True when the listed turn passes every cheap filter."""
         return (
             (self.agent is None or t.agent_id == self.agent)
@@ -120,7 +102,9 @@ def list_page(
     lister = getattr(store, "list_turns", None)
     if lister is None:
         raise ApiError(422, f"{type(store).__name__} cannot list turns")
-    listed: Iterable[Listed] = lister(status=query.status, root_turn_id=query.tree, limit=SCAN_CAP)
+    listed: Iterable[TurnListing] = lister(
+        status=query.status, root_turn_id=query.tree, limit=SCAN_CAP
+    )
     ordered = sorted(
         (t for t in listed if query.keeps(t)),
         key=lambda t: (t.created_at, t.turn_id),

@@ -13,7 +13,7 @@ from runner_core.errors import SnapshotCorruptedError
 from runner_core.messages import MESSAGE, Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo, load_snapshot
 from runner_core.status import AgentTurnStatus
-from runner_core.store import waiting_child_ids
+from runner_core.store import TurnListing, waiting_child_ids
 
 Fields = Mapping[str, str]
 Arg = str | bytes
@@ -140,21 +140,11 @@ def messages_of(turn_id: str, raw: Sequence[Any], offset: int = 0) -> list[Messa
 
 
 @dataclass(frozen=True, slots=True)
-class TurnSummary:
-    """One line of an operator listing, read from the header's control fields."""
+class TurnSummary(TurnListing):
+    """One line of an operator listing (a ``TurnListing`` plus the lease), from a header."""
 
-    turn_id: str
-    status: AgentTurnStatus
-    agent_id: str
-    root_turn_id: str
-    parent_turn_id: str | None
-    conversation_id: str | None
-    version: int
-    created_at: float
-    updated_at: float
-    lease_owner: str | None
-    lease_until: float | None
-    cancel_requested: bool
+    lease_owner: str | None = None
+    lease_until: float | None = None
 
     @classmethod
     def of(cls, turn_id: str, values: Sequence[Any]) -> TurnSummary | None:
@@ -162,18 +152,18 @@ class TurnSummary:
         st, agent, root, par, conv, v, ca, ua, lo, lu, cx = (text(x) for x in values)
         try:
             return cls(
-                turn_id,
-                AgentTurnStatus(st),
-                agent,
-                root,
-                par or None,
-                conv or None,
-                int(v),
-                float(ca),
-                float(ua),
-                lo or None,
-                float(lu) if lu else None,
-                cx == "1",
+                turn_id=turn_id,
+                status=AgentTurnStatus(st),
+                agent_id=agent,
+                root_turn_id=root,
+                parent_turn_id=par or None,
+                conversation_id=conv or None,
+                version=int(v),
+                created_at=float(ca),
+                updated_at=float(ua),
+                cancel_requested=cx == "1",
+                lease_owner=lo or None,
+                lease_until=float(lu) if lu else None,
             )
         except ValueError:
             return None
