@@ -37,8 +37,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         # A step never outlives the broker's hold on its message (settings check it): the
         # Redis broker's visibility timeout, RabbitMQ's consumer_timeout.
-        "task_time_limit": settings.step_time_limit,
-        "task_soft_time_limit": settings.step_time_limit * 0.9,
+        "task_time_limit": settings.task_time_limit,
+        "task_soft_time_limit": settings.task_time_limit * 0.9,
         "broker_transport_options": _transport_options(settings),
         # Steps and sweeps on their own queues: a backlog of steps never delays the sweeper.
         # Both are declared, so a worker without -Q consumes both; -Q picks one. On
@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     celery.conf.update(celery_config(settings))
     from agentworker import observability, tasks
 
-    tasks.register(celery)
+    tasks.register(celery, settings)
     observability.install(celery)  # traces, the metrics port, JSON logs
     # After a broker reconnection, wake-ups in flight may be gone (agentworker/reconnect.py).
     celery.steps["consumer"].add(ForgetQueuedOnReconnect)

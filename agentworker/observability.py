@@ -54,8 +54,10 @@ def _worker_init(**_: Any) -> None:
 def start_worker_metrics(settings: Settings) -> None:
     """Serve the metrics of every process of this worker on the metrics port."""
     if not metrics.available():
-        log.warning("AGENTWORKER_METRICS_PORT is set but prometheus_client is missing: "
-                    "pip install 'agentworker[metrics]'")
+        log.warning(
+            "AGENTWORKER_METRICS_PORT is set but prometheus_client is missing: "
+            "pip install 'agentworker[metrics]'"
+        )
         return
     if not os.environ.get(metrics.MULTIPROC_DIR):
         os.environ[metrics.MULTIPROC_DIR] = tempfile.mkdtemp(prefix="agentworker-metrics-")

@@ -44,8 +44,10 @@ def setup_tracing(service_name: str = "agentworker-worker") -> bool:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
-        log.warning("OTEL_* asks for traces but opentelemetry-sdk is missing: pip install "
-                    "'agentworker[otel]'")
+        log.warning(
+            "OTEL_* asks for traces but opentelemetry-sdk is missing: pip install "
+            "'agentworker[otel]'"
+        )
         return False
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", service_name)})
     provider = TracerProvider(resource=resource)

@@ -53,8 +53,12 @@ class Settings(BaseSettings):
     #: How long a turn may wait for a worker that can load its agent version (a rolling
     #: deploy) before it is failed.
     unloadable_grace_seconds: float = Field(default=600.0, ge=0)
-    #: Hard time limit of one step task; a step that runs longer is killed.
+    #: Hard time limit of one step; a step task that runs longer is killed.
     step_time_limit: float = Field(default=300.0, gt=0)
+    #: A step task goes on with the next step of its turn while the turn can run at once
+    #: and less than this many seconds have passed since it began (each step claimed and
+    #: committed on its own); 0: one step per message.
+    step_chain_seconds: float = Field(default=0.1, ge=0, le=60)
     #: Redis-broker visibility timeout; must exceed the step time limit on ``redis://``.
     visibility_timeout: float = Field(default=3600.0, gt=0)
     #: RabbitMQ's ``consumer_timeout`` on the broker in use, in seconds (its default: 30
@@ -106,6 +110,11 @@ class Settings(BaseSettings):
     #: ``json``: workers, beat and the HTTP app log one JSON object per line.
     log_format: Literal["text", "json"] = "text"
 
+    @property
+    def task_time_limit(self) -> float:
+        """Hard time limit of one step task: a step, after a chain of steps."""
+        return self.step_time_limit + self.step_chain_seconds
+
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
         check_broker_limits(self)
@@ -155,7 +164,8 @@ class BrokerLimitError(ConfigurationError):
             else "or the broker redelivers steps that are still running"
         )
         super().__init__(
-            f"AGENTWORKER_STEP_TIME_LIMIT ({step:g} s) must be below "
+            f"AGENTWORKER_STEP_TIME_LIMIT plus AGENTWORKER_STEP_CHAIN_SECONDS ({step:g} s) "
+            "must be below "
             f"AGENTWORKER_{limit_field.upper()} ({limit:g} s) on a {broker} broker, {consequence}"
         )
         self.broker = broker
@@ -169,7 +179,7 @@ def check_broker_limits(settings: Settings) -> None:
     the Redis transport hands a message unacked past ``visibility_timeout`` to another
     worker. Each broker is checked against its own limit only.
     """
-    step = settings.step_time_limit
+    step = settings.task_time_limit
     if is_amqp(settings.broker):
         if not step < settings.broker_consumer_timeout:
             raise BrokerLimitError(

@@ -21,19 +21,37 @@ from runner_core.store import waiting_child_ids
 log = logging.getLogger("agentworker.steps")
 
 
-def step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> str:
+def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: float = 0.0) -> str:
     """Claim the turn, take one step under its lease, release, then wake what is runnable.
 
-    Returns what happened, for logs and Flower: ``not-found``, ``not-runnable``,
+    With ``chain_seconds`` > 0 the task goes on with the same turn while it can run at once
+    and less than ``chain_seconds`` have passed since its first claim: each further step is
+    claimed, leased and committed on its own, exactly as if a new message had carried it,
+    but without the publish and the delivery in between. The task's own message stays
+    unacknowledged meanwhile, so a worker killed mid-chain leaves it to be redelivered.
+
+    Returns what the last step did, for logs and Flower: ``not-found``, ``not-runnable``,
     ``quarantined``, ``fenced`` or the turn's status after the step.
     """
     started = time.perf_counter()
-    outcome, turn = _step_once(runner, turn_id, worker_id)
-    metrics.step_done(outcome, turn, time.perf_counter() - started)
-    return outcome
+    while True:
+        step_started = time.perf_counter()
+        outcome, turn = _claim_and_step(runner, turn_id, worker_id)
+        metrics.step_done(outcome, turn, time.perf_counter() - step_started)
+        if turn is None or outcome == "fenced":
+            return outcome
+        if not (_runs_now(turn) and time.perf_counter() - started < chain_seconds):
+            _wake_next(runner, turn)
+            return outcome
 
 
-def _step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> tuple[str, AgentTurn | None]:
+def _runs_now(turn: AgentTurn) -> bool:
+    return turn.state.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+
+
+def _claim_and_step(
+    runner: AgentRunner, turn_id: str, worker_id: str
+) -> tuple[str, AgentTurn | None]:
     try:
         turn = runner.claim(turn_id, worker_id)
     except TurnNotFoundError:
@@ -43,16 +61,17 @@ def _step_once(runner: AgentRunner, turn_id: str, worker_id: str) -> tuple[str, 
         return "quarantined", None  # moved aside (and logged) by the store: never sent again
     if turn is None:
         return "not-runnable", None
-    metrics.claimed(turn, runner.store.now())
     try:
+        # everything after the claim runs inside ``holding``: a failure anywhere (even
+        # reading the clock) gives the lease back instead of leaving it to the heartbeat
         with runner.holding(turn), logs.turn_context(turn):
+            metrics.claimed(turn, runner.store.now())
             runner.step(turn, release=True)
 
     except (LeaseLostError, ConcurrentModificationError) as exc:
         log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
         metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
         return "fenced", turn
-    _wake_next(runner, turn)
     return turn.status.value, turn
 
 

@@ -42,16 +42,17 @@ def _webhook_redis(settings: Settings) -> Any:
     return _clients[settings.redis_url]
 
 
-def register(app: Celery) -> None:
-    """Register the tasks on ``app``."""
+def register(app: Celery, settings: Settings) -> None:
+    """Register the tasks on ``app``; steps chain for ``settings.step_chain_seconds``."""
+    chain_seconds = settings.step_chain_seconds
 
     @app.task(name="agentworker.step_turn", ignore_result=True, shared=False)
     def step_turn(turn_id: str) -> str:
-        """One step of one turn (the message is only a wake-up)."""
+        """Steps of one turn (the message is only a wake-up); see ``step_once``."""
         if not isinstance(turn_id, str) or not turn_id:
             log.error("step_turn called with %r: acked and dropped", turn_id)
             return "bad-argument"
-        return step_once(process_runner(app), turn_id, worker_id())
+        return step_once(process_runner(app), turn_id, worker_id(), chain_seconds)
 
     @app.task(name="agentworker.ping", ignore_result=True, shared=False)
     def ping() -> str:

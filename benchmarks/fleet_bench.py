@@ -3,9 +3,13 @@
 Measured side by side in one run (the machine's noise hits both sides alike):
 
 1. Raw Celery: no-op tasks per second through the same broker and workers.
-2. agentworker: steps per second of 10-tool turns (21 steps each) through those workers;
-   printed as a ratio to (1). Target >= 0.7.
-3. Scaling: steps per second with 1, then 2 worker processes. Target >= 1.7x.
+2. agentworker: steps per second of 10-tool turns (21 steps each) through those workers,
+   with the default step chain (a task goes on with its turn's next steps for up to
+   ``AGENTWORKER_STEP_CHAIN_SECONDS``); printed as a ratio to (1). Target >= 0.7. Then
+   both again on workers restarted with one step per message (a chain of 0 s).
+3. Scaling: steps per second with 1, then 2 worker processes. Target >= 1.7x. Raw Celery's
+   own scaling in the same run is printed beside it: on a small machine the store, the
+   broker and the producer share the cores with the workers and cap both.
 4. Fan-in: a parent with 100 parallel children; the delay between the last child ending and
    the parent's next step starting. Target <= 50 ms.
 5. Worker RSS over many one-step turns (``--rss-turns``, 10,000 by default): the resident
@@ -308,12 +312,12 @@ def main() -> None:
         def steps() -> float:
             return agent_steps(runner, args.turns)
 
-        # 1 worker: steps/s for the scaling figure
+        # 1 worker: raw Celery and steps for the scaling figures
         fleet.start_worker("bench1")
         fleet.wait_ready()
         raw_celery(app, broker, 200, queue)  # warm up
         agent_steps(runner, 5)
-        (steps_1,) = best_of(args.rounds, steps)
+        noop_1, steps_1 = best_of(args.rounds, noop, steps)
         for i in range(1, args.workers):
             fleet.start_worker(f"bench{i + 1}")
         fleet.wait_ready()
@@ -332,14 +336,35 @@ def main() -> None:
         cpu_task = cpu_per_unit(meters, args.tasks, noop)
         pids = [p.pid for p in fleet.workers.values()]
         rss = worker_rss(runner, pids, args.rss_turns)
+        workers = list(fleet.workers)
+        fleet.stop()
+        # the same workers with one step per message: what chaining adds
+        single = Fleet({**env, "AGENTWORKER_STEP_CHAIN_SECONDS": "0"}, workdir / "logs-single")
+        fleet = single
+        for i in range(args.workers):
+            single.start_worker(f"single{i + 1}")
+        single.wait_ready()
+        agent_steps(runner, 5)
+        noop_s, steps_s = best_of(args.rounds, noop, steps)
+        single_cpu = cpu_per_unit(
+            {**meters, "workers": lambda: sum(tree_cpu(p.pid) for p in single.workers.values())},
+            21 * args.turns,
+            steps,
+        )
+        single.stop()
         n = args.workers
         print(f"{n} worker processes (solo pool), Redis broker and store on loopback")
         print(f"  raw Celery no-op tasks:    {noop_n:8.0f} tasks/s")
         print(f"  agentworker steps:         {steps_n:8.0f} steps/s  ({args.turns} 10-tool turns)")
         print(f"  ratio steps / no-op tasks: {steps_n / noop_n:8.2f}   (target >= 0.7)")
         print(
+            f"  one step per message (AGENTWORKER_STEP_CHAIN_SECONDS=0): raw {noop_s:.0f} "
+            f"tasks/s, steps {steps_s:.0f} steps/s, ratio {steps_s / noop_s:.2f}"
+        )
+        print(
             f"  scaling 1 -> {n} workers:    {steps_1:8.0f} -> {steps_n:.0f} steps/s "
-            f"= x{steps_n / steps_1:.2f}   (target >= x1.7 for 2)"
+            f"= x{steps_n / steps_1:.2f}   (target >= x1.7 for 2); raw Celery in the same "
+            f"run: {noop_1:.0f} -> {noop_n:.0f} tasks/s = x{noop_n / noop_1:.2f}"
         )
         print(
             f"  fan-in: last of 100 children -> parent's next step: {delay * 1000:.1f} ms "
@@ -350,8 +375,7 @@ def main() -> None:
             f"broker {per_step['broker']:.1f}  (a no-op task: broker {per_task['broker']:.1f})"
         )
         print(f"  CPU per step: {cpu_line(cpu_step)}  (a no-op task: {cpu_line(cpu_task)})")
-        workers = list(fleet.workers)
-        fleet.stop()
+        print(f"  CPU per step, one step per message: {cpu_line(single_cpu)}")
         if not args.no_rabbitmq:
             print(rabbitmq_ratio(args, workdir, store.client()))
         for name, (warm, end) in zip(workers, rss, strict=True):

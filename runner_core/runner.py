@@ -442,9 +442,7 @@ class AgentRunner:
         """Stop listening."""
         self.events.remove(listener)
 
-    def dispatch(
-        self, turn_id: str, *, marked: bool = False, agent_id: str | None = None
-    ) -> bool:
+    def dispatch(self, turn_id: str, *, marked: bool = False, agent_id: str | None = None) -> bool:
         """Tell the dispatcher a turn is runnable; a failure is logged (the sweeper resends).
 
         ``marked``: the commit that made it runnable already marked its wake-up queued

@@ -43,9 +43,7 @@ class Waker:
         self.dispatcher = dispatcher
         self._unsent: dict[str, None] = {}
 
-    def dispatch(
-        self, turn_id: str, *, marked: bool = False, agent_id: str | None = None
-    ) -> bool:
+    def dispatch(self, turn_id: str, *, marked: bool = False, agent_id: str | None = None) -> bool:
         """Send one wake-up; ``marked``: its commit marked it queued. True if sent."""
         sent = self._send(turn_id, marked=marked, agent_id=agent_id)
         if sent and not marked:

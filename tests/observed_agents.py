@@ -85,9 +85,7 @@ def root_model(fail_once: Callable[[str], bool]) -> Callable[[ModelRequest], Mod
         if len(done) == 3:
             if fail_once(request.messages[0].id):
                 raise ModelError("overloaded", retryable=True)
-            tasks = [
-                {"id": f"t{i}", "description": f"part {i}", "agent": CHILD} for i in (1, 2)
-            ]
+            tasks = [{"id": f"t{i}", "description": f"part {i}", "agent": CHILD} for i in (1, 2)]
             plan = {"goal": "two parts", "tasks": tasks}
             return _answer(
                 AiMessage(tool_calls=[ToolCall(id="plan", name="create_task_plan", arguments=plan)])

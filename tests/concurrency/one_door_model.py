@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentworker.stepping import step_once
 from runner_core import (
     Agent,
     AgentExecutionPolicy,
@@ -171,6 +172,8 @@ class Actors:
         self.make_store, self.loader = make_store, loader
         self.plain = make_store()
         self.done = threading.Event()
+        #: Workers go on with their turn's next steps, as a step task's chain does.
+        self.chain = False
 
     def runner(self, name: str) -> AgentRunner:
         self.world.actor.name = name
@@ -192,8 +195,12 @@ class Actors:
                     if not claimed:
                         self.sched.sleep(0.02)
                         continue
-                    with me.holding(claimed[0]):
-                        me.step(claimed[0], release=True)
+                    turn = claimed[0]
+                    with me.holding(turn):
+                        me.step(turn, release=True)
+                    if self.chain and turn.status in (S.READY, S.RUNNING):
+                        # a step task's chain: claim and step again while it runs at once
+                        step_once(me, turn.id, name, chain_seconds=1.0)
                 except AgentWorkerError:
                     continue  # fenced, refused or a blip: the task ends, the sweeper resends
 
@@ -250,6 +257,7 @@ def run_schedule(
     kind = rng.choice(["payer", "planner"])
     root = starter.start(kind, "go", options=AgentTurnOptions(policy=POLICY)).id
     actors = Actors(sched, world, make_store, loader, root)
+    actors.chain = rng.random() < 0.5
     for name in WORKERS:
         sched.spawn(name, actors.worker(name))
     sched.spawn("webhook", actors.webhook)

@@ -203,9 +203,7 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
     for status in ("WAITING_FOR_APPROVAL", "RETRY_SCHEDULED", "WAITING_FOR_CHILD", "COMPLETED"):
         assert status in ends, ends
     # the root's steps continue the invoke_agent span the producer created
-    assert {s.parent_id for s in steps} == {
-        format(_invoke_span_id(spans, turn.id), "016x")
-    }
+    assert {s.parent_id for s in steps} == {format(_invoke_span_id(spans, turn.id), "016x")}
     assert all(s.attributes["agentworker.lease.owner"] for s in steps)
 
     lookups = [s for s in got if s.name == "execute_tool lookup"]

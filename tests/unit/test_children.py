@@ -51,9 +51,7 @@ def forget_results(world: World, parent_id: str) -> None:
 
 def one_wake(world: World, turn_id: str) -> None:
     """Each wave of children woke the parent exactly once (a suspension, then one resume)."""
-    types = [
-        t for t in world.log.types(turn_id) if t in (E.TURN_SUSPENDED, E.TURN_RESUMED)
-    ]
+    types = [t for t in world.log.types(turn_id) if t in (E.TURN_SUSPENDED, E.TURN_RESUMED)]
     assert types == [E.TURN_SUSPENDED, E.TURN_RESUMED] * (len(types) // 2), types
 
 

@@ -50,9 +50,7 @@ def test_a_turn_on_workers_is_counted_timed_and_its_tokens_summed() -> None:
         "completed": value("agentworker_steps_total", outcome="COMPLETED"),
         "ended": value("agentworker_turns_ended_total", agent=ROOT, status="COMPLETED"),
         "tokens": value("agentworker_tokens_total", agent=ROOT, model=MODEL, direction="input"),
-        "lookups": value(
-            "agentworker_tool_call_duration_seconds_count", agent=ROOT, tool="lookup"
-        ),
+        "lookups": value("agentworker_tool_call_duration_seconds_count", agent=ROOT, tool="lookup"),
         "errors": value(
             "agentworker_model_call_errors_total", agent=ROOT, model=MODEL, error="ModelError"
         ),
@@ -78,9 +76,10 @@ def test_a_turn_on_workers_is_counted_timed_and_its_tokens_summed() -> None:
     assert outcomes.count("COMPLETED") == 3  # two children and the root
     assert value("agentworker_steps_total", outcome="COMPLETED") - before["completed"] == 3
     assert value("agentworker_steps_total", outcome="not-runnable") - before["not_runnable"] == 1
-    assert value("agentworker_turns_ended_total", agent=ROOT, status="COMPLETED") - before[
-        "ended"
-    ] == 1
+    assert (
+        value("agentworker_turns_ended_total", agent=ROOT, status="COMPLETED") - before["ended"]
+        == 1
+    )
     assert value("agentworker_turns_ended_total", agent=CHILD, status="COMPLETED") >= 2
     tokens = value("agentworker_tokens_total", agent=ROOT, model=MODEL, direction="input")
     assert tokens - before["tokens"] == 10 * 4  # four successful model calls of the root

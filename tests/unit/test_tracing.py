@@ -122,9 +122,7 @@ def test_one_trace_with_steps_model_and_tool_calls_and_children(
     assert attrs(planning)["agentworker.turn.status"] == "WAITING_FOR_CHILD"
     child_steps = [s for s in finished if s.name == "step obs-child"]
     assert len(child_steps) == 2
-    assert {parent(s).context.span_id for s in child_steps} == {
-        c.context.span_id for c in children
-    }
+    assert {parent(s).context.span_id for s in child_steps} == {c.context.span_id for c in children}
 
     # and commits are events on the step spans
     assert any(e.name == "commit" for s in steps for e in s.events)
@@ -146,9 +144,9 @@ def test_a_step_links_to_the_span_current_when_it_began(spans: InMemorySpanExpor
     runner = AgentRunner(agent_loader=InMemoryAgentLoader(agents(memory_fail_once())))
     turn = runner.start(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
     tracer = trace.get_tracer("test")
-    with tracer.start_as_current_span("wake-up", context=trace.set_span_in_context(
-        trace.INVALID_SPAN
-    )) as wake:
+    with tracer.start_as_current_span(
+        "wake-up", context=trace.set_span_in_context(trace.INVALID_SPAN)
+    ) as wake:
         runner.step(runner.restore(turn.id))
     step = next(s for s in spans.get_finished_spans() if s.name == f"step {ROOT}")
     # Then the step continues the turn's trace and links to the wake-up's span
@@ -172,9 +170,7 @@ print("ok")
 
 
 def test_without_an_sdk_nothing_is_traced_and_nothing_fails() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", NO_SDK], capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run([sys.executable, "-c", NO_SDK], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok" and not out.stderr
 
