@@ -24,6 +24,7 @@ from runner_core import (
 
 TOOL_CALLS = 10
 CHILDREN = 100
+IO_SECONDS = 0.005
 
 
 @tool
@@ -32,12 +33,26 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@tool
+def wait_io(a: int) -> int:
+    """Wait 5 ms, as a call to another service does."""
+    time.sleep(IO_SECONDS)
+    return a
+
+
 def _ten_tools(request: ModelRequest) -> AiMessage:
     done = sum(1 for m in request.messages if m.role == "tool")
     if done < TOOL_CALLS:
         return AiMessage(
             tool_calls=[ToolCall(id=f"c{done}", name="add", arguments={"a": done, "b": 1})]
         )
+    return AiMessage("done")
+
+
+def _ten_waits(request: ModelRequest) -> AiMessage:
+    done = sum(1 for m in request.messages if m.role == "tool")
+    if done < TOOL_CALLS:
+        return AiMessage(tool_calls=[ToolCall(id=f"c{done}", name="wait_io", arguments={"a": 1})])
     return AiMessage("done")
 
 
@@ -75,6 +90,7 @@ def loader() -> InMemoryAgentLoader:
     return InMemoryAgentLoader(
         [
             Agent("bench-ten-tools", FunctionModel(_ten_tools), tools=[add]),
+            Agent("bench-ten-waits", FunctionModel(_ten_waits), tools=[wait_io]),
             Agent(
                 "bench-fan-out",
                 FunctionModel(_fan_out),

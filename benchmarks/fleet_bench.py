@@ -9,7 +9,8 @@ Measured side by side in one run (the machine's noise hits both sides alike):
    both again on workers restarted with one step per message (a chain of 0 s).
 3. Scaling: steps per second with 1, then 2 worker processes. Target >= 1.7x. Raw Celery's
    own scaling in the same run is printed beside it: on a small machine the store, the
-   broker and the producer share the cores with the workers and cap both.
+   broker and the producer share the cores with the workers and cap both. Then the same
+   with tools that wait 5 ms (as calls to other services do), which the cores do not cap.
 4. Fan-in: a parent with 100 parallel children; the delay between the last child ending and
    the parent's next step starting. Target <= 50 ms.
 5. Worker RSS over many one-step turns (``--rss-turns``, 10,000 by default): the resident
@@ -76,10 +77,10 @@ def wait_done(runner: AgentRunner, ids: list[str], timeout: float = 600) -> None
         raise RuntimeError(f"{len(pending)} turns did not finish")
 
 
-def agent_steps(runner: AgentRunner, turns: int) -> float:
+def agent_steps(runner: AgentRunner, turns: int, agent: str = "bench-ten-tools") -> float:
     """Steps per second of 10-tool turns."""
     started = time.perf_counter()
-    ids = [runner.start("bench-ten-tools", "go").id for _ in range(turns)]
+    ids = [runner.start(agent, "go").id for _ in range(turns)]
     wait_done(runner, ids)
     elapsed = time.perf_counter() - started
     steps = sum(runner.store.load(t).step_count for t in ids)
@@ -312,17 +313,20 @@ def main() -> None:
         def steps() -> float:
             return agent_steps(runner, args.turns)
 
+        def waiting_steps() -> float:
+            return agent_steps(runner, 20, "bench-ten-waits")
+
         # 1 worker: raw Celery and steps for the scaling figures
         fleet.start_worker("bench1")
         fleet.wait_ready()
         raw_celery(app, broker, 200, queue)  # warm up
         agent_steps(runner, 5)
-        noop_1, steps_1 = best_of(args.rounds, noop, steps)
+        noop_1, steps_1, waits_1 = best_of(args.rounds, noop, steps, waiting_steps)
         for i in range(1, args.workers):
             fleet.start_worker(f"bench{i + 1}")
         fleet.wait_ready()
         agent_steps(runner, 5)
-        noop_n, steps_n = best_of(args.rounds, noop, steps)
+        noop_n, steps_n, waits_n = best_of(args.rounds, noop, steps, waiting_steps)
         delay = fan_in_delay(runner, store.client())
         servers = {"store": store.client(), "broker": broker_server.client()}
         per_step = per_unit(servers, 21 * 20, lambda: agent_steps(runner, 20))
@@ -365,6 +369,10 @@ def main() -> None:
             f"  scaling 1 -> {n} workers:    {steps_1:8.0f} -> {steps_n:.0f} steps/s "
             f"= x{steps_n / steps_1:.2f}   (target >= x1.7 for 2); raw Celery in the same "
             f"run: {noop_1:.0f} -> {noop_n:.0f} tasks/s = x{noop_n / noop_1:.2f}"
+        )
+        print(
+            f"  scaling 1 -> {n} workers, tools that wait 5 ms (I/O, not CPU): {waits_1:.0f} -> "
+            f"{waits_n:.0f} steps/s = x{waits_n / waits_1:.2f}"
         )
         print(
             f"  fan-in: last of 100 children -> parent's next step: {delay * 1000:.1f} ms "
