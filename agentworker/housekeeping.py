@@ -32,8 +32,17 @@ class Housekept(Protocol):
     def migrate_partitions(self) -> int:
         """Move tags of the single partition sets into their buckets."""
 
-    def expire_terminal(self, older_than_seconds: float | None = None, limit: int = 1000) -> int:
-        """Delete turns that ended ``older_than_seconds`` ago; how many."""
+    def expire_terminal(
+        self,
+        older_than_seconds: float | None = None,
+        limit: int = 1000,
+        *,
+        skip: dict[str, int] | None = None,
+    ) -> int:
+        """Delete turns that ended ``older_than_seconds`` ago; how many.
+
+        ``skip``: the run's refused candidates per tag, stepped over and updated.
+        """
 
     def prune_partitions(self, grace_seconds: float = 3600.0) -> int:
         """Forget tags with nothing left; how many entries were removed."""
@@ -56,7 +65,7 @@ def housekeep(
     batch: int = 1000,
     budget_seconds: float = 10.0,
 ) -> HousekeepingReport:
-    """One run: migrate, expire in batches until one deletes nothing (or the budget), prune.
+    """One run: migrate, expire in batches until none finds anything (or the budget), prune.
 
     ``retention_seconds`` 0 keeps every turn (the partition sets are still pruned of tags
     whose turns are gone).
@@ -65,11 +74,15 @@ def housekeep(
     expired = 0
     if retention_seconds > 0:
         deadline = time.monotonic() + budget_seconds
+        refused: dict[str, int] = {}  # stepped over in later batches: never a stall
         while True:
-            done = store.expire_terminal(retention_seconds, limit=batch)
+            before = sum(refused.values())
+            done = store.expire_terminal(retention_seconds, limit=batch, skip=refused)
             expired += done
-            # a short batch may only mean another run took some of it: stop at none
-            if not done or time.monotonic() > deadline:
+            # a short batch may only mean another run took some of it: stop once a batch
+            # neither deleted nor refused anything (nothing left to look at)
+            looked = done or sum(refused.values()) > before
+            if not looked or time.monotonic() > deadline:
                 break
     pruned = store.prune_partitions(grace_seconds)
     report = HousekeepingReport(migrated, expired, pruned)

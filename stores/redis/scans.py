@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from redis import Redis
@@ -204,13 +204,22 @@ class Scanner:
             for turn_id in ids
         ]
 
-    def expirable(self, cutoff: float, limit: int) -> list[tuple[str, str, str]]:
-        """(tag, turn id, parent id) of turns that ended before ``cutoff``."""
+    def expirable(
+        self, cutoff: float, limit: int, skip: Mapping[str, int] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """(tag, turn id, parent id) of turns that ended before ``cutoff``.
+
+        ``skip``: per tag, how many of its oldest candidates to step over (ones refused
+        earlier in the same run).
+        """
+        skip = skip or {}
         found: list[tuple[str, str]] = []
         for batch in _chunks(self.retained_tags()):
             pipe = self.redis.pipeline(transaction=False)
             for tag in batch:
-                pipe.zrangebyscore(self.keys.ended(tag), "-inf", cutoff, start=0, num=limit)
+                pipe.zrangebyscore(
+                    self.keys.ended(tag), "-inf", cutoff, start=skip.get(tag, 0), num=limit
+                )
             for tag, ids in zip(batch, pipe.execute(), strict=True):
                 found.extend((tag, text(i)) for i in ids)
             if len(found) >= limit:

@@ -379,18 +379,32 @@ class RedisAgentTurnStore:
                 tags = self.scanner.retained_tags()
             return self.scanner.summaries(tags, status, root_turn_id, limit)
 
-    def expire_terminal(self, older_than_seconds: float | None = None, limit: int = 1000) -> int:
+    def expire_terminal(
+        self,
+        older_than_seconds: float | None = None,
+        limit: int = 1000,
+        *,
+        skip: dict[str, int] | None = None,
+    ) -> int:
         """Delete turns that ended ``older_than_seconds`` ago (default: retention_seconds).
 
-        Never one a waiting parent still references, nor one with a live child.
-        Returns how many were deleted.
+        Never one a waiting parent still references, nor one with a live child. Returns
+        how many were deleted. ``skip`` carries a run's place from batch to batch: per
+        tag, how many of its oldest candidates were refused (so they are stepped over,
+        and a run never stalls behind more refusals than one batch holds); it is updated.
         """
         older = self.retention_seconds if older_than_seconds is None else older_than_seconds
         if older is None:
             return 0
         with self.guard:
             cutoff = self.now() - older
-            done = self.scanner.expire(self.scanner.expirable(cutoff, limit))
+            candidates = self.scanner.expirable(cutoff, limit, skip)
+            done = self.scanner.expire(candidates)
+        deleted = set(done)
+        if skip is not None:
+            for tag, turn_id, _ in candidates:
+                if turn_id not in deleted:
+                    skip[tag] = skip.get(tag, 0) + 1
         for turn_id in done:
             self.cache.forget(turn_id)
         return len(done)

@@ -8,6 +8,7 @@ run in it, as they do every 10 minutes per process.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,9 +19,9 @@ from agentworker.settings import Settings
 from agentworker.stepping import sweep_once
 from examples.local import RedisServer
 from examples.local_cluster import LocalCluster
-from runner_core import AgentRunner, AgentTurnStatus, InMemoryAgentLoader
+from runner_core import AgentRunner, AgentTurnStatus, InMemoryAgentLoader, TurnNotFoundError
 from stores import RedisAgentTurnStore
-from tests.contract.helpers import commands_served, snap
+from tests.contract.helpers import child_of, commands_served, snap
 
 ENDED = 2000
 
@@ -146,3 +147,28 @@ def test_beat_sends_housekeeping_to_the_sweep_queue_and_drops_a_late_one() -> No
     assert entry["task"] == "agentworker.housekeeping" and entry["schedule"] == 120
     assert entry["options"] == {"queue": settings.sweep_queue, "expires": 120}
     assert config["task_routes"]["agentworker.housekeeping"] == {"queue": settings.sweep_queue}
+
+
+def test_turns_refused_at_the_front_never_stall_retention(store: RedisAgentTurnStore) -> None:
+    # Given the oldest ended turns are parents whose children still run (refused: a live
+    # child), more of them than one batch, and after them turns that may go
+    held_back = []
+    for _ in range(5):
+        root = snap(status=AgentTurnStatus.RUNNING)
+        store.save(root, -1)
+        store.save(child_of(root), -1)
+        root.status = AgentTurnStatus.FAILED
+        store.save(root, 0)
+        held_back.append(root.id)
+    free = end_turns(store, 5)
+    time.sleep(0.01)
+
+    # When housekeeping runs in batches smaller than what is refused
+    report = housekeep(store, retention_seconds=0.001, batch=3)
+
+    # Then every turn that may go went, and the refused ones stayed
+    assert report.expired == 5
+    for turn_id in free:
+        with pytest.raises(TurnNotFoundError):
+            store.load(turn_id)
+    assert all(store.load(t).status is AgentTurnStatus.FAILED for t in held_back)
