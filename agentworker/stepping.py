@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from agentworker import logs, metrics
+from agentworker import logs, metrics, webhooks
 from runner_core import (
     AgentRunner,
     AgentTurn,
@@ -34,10 +34,16 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: 
     ``quarantined``, ``fenced`` or the turn's status after the step.
     """
     started = time.perf_counter()
+    first = True
     while True:
         step_started = time.perf_counter()
         outcome, turn = _claim_and_step(runner, turn_id, worker_id)
         metrics.step_done(outcome, turn, time.perf_counter() - step_started)
+        if outcome == "not-runnable" and first:
+            # a duplicate, or the message of a process that died after its last commit:
+            # what that process's listeners would have recorded is recorded now
+            webhooks.catch_up(runner, turn_id)
+        first = False
         if turn is None or outcome == "fenced":
             return outcome
         if not (_runs_now(turn) and time.perf_counter() - started < chain_seconds):

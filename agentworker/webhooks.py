@@ -17,6 +17,9 @@ How, durably (Redis is the truth, a Celery message only a hint, as for steps):
    exponential wait; after ``webhook_max_attempts`` it is dead (``ns:wh:dead``).
 3. The sweep re-sends the hint of every delivery that is due and not held, so a worker that
    died mid-delivery, or a lost hint, delays a notification but never loses it.
+4. A worker killed between a commit and its listener leaves its step message unacknowledged;
+   when it comes back and finds the turn parked or ended, ``catch_up`` records from the
+   turn's committed events what that worker did not (``agentworker/stepping.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +38,15 @@ from typing import Any
 from redis import Redis
 
 from agentworker.signing import secret_key, sign
-from runner_core import AgentEvent, AgentEventType, AgentTurnSnapshot, RetryPolicy
-from runner_core.errors import ConfigurationError
+from runner_core import (
+    AgentEvent,
+    AgentEventType,
+    AgentRunner,
+    AgentTurnSnapshot,
+    AgentTurnStatus,
+    RetryPolicy,
+)
+from runner_core.errors import AgentWorkerError, ConfigurationError
 from stores.redis.connection import make_client
 
 log = logging.getLogger("agentworker.webhooks")
@@ -174,9 +184,10 @@ class Outbox:
         """Record one delivery; its id if new, None if this event was recorded already."""
         msg_id = message_id(subscription, url, event.turn_id, event.sequence)
         key = self._record(msg_id)
-        # The claim first: the rest may span hash slots (a cluster), so it is no transaction;
-        # a record left without its url by a crash here is dropped at its first attempt.
-        if not self.redis.hsetnx(key, "state", "pending"):
+        # The claim first: the rest may span hash slots (a cluster), so it is no transaction.
+        # A claim without its url is a recorder that died here (or one writing right now):
+        # the rest is written again, with the same content either way.
+        if not self.redis.hsetnx(key, "state", "pending") and self.redis.hexists(key, "url"):
             return None
         fields = {
             "url": url,
@@ -275,8 +286,8 @@ class Outbox:
     def log_of(self, turn_id: str) -> list[dict[str, Any]]:
         """The turn's deliveries, oldest first: id, type, url, state, attempts, each attempt."""
         out = []
-        for raw in self.redis.lrange(self._log(turn_id), 0, -1):
-            msg_id = _text(raw)
+        logged = [_text(raw) for raw in self.redis.lrange(self._log(turn_id), 0, -1)]
+        for msg_id in dict.fromkeys(logged):  # a record completed twice is logged twice
             key = self._record(msg_id)
             fields = {k: _text(v) for k, v in _fields(self.redis.hgetall(key)).items()}
             tries = [json.loads(a) for a in self.redis.lrange(key + ":attempts", 0, -1)]
@@ -312,15 +323,20 @@ class WebhookListener:
 
     def __call__(self, event: AgentEvent) -> None:
         """Record and hint each delivery this event needs."""
+        self.notify(event)
+
+    def notify(self, event: AgentEvent) -> int:
+        """Record and hint each delivery this event needs; how many were new."""
         kind = EVENT_TYPES.get(event.type)
         if kind is None or event.provisional:
-            return
+            return 0
         try:
-            self._notify(kind, event)
+            return self._notify(kind, event)
         except Exception:  # noqa: BLE001 - a listener must not break the runner
             log.exception("recording webhooks of %s %s failed", event.type, event.turn_id)
+            return 0
 
-    def _notify(self, kind: str, event: AgentEvent) -> None:
+    def _notify(self, kind: str, event: AgentEvent) -> int:
         snapshot = self.load(event.turn_id)
         body = json.dumps(payload(kind, event, snapshot), separators=(",", ":")).encode()
         targets = [(s.name, s.url) for s in self.subscriptions if s.wants(kind, snapshot)]
@@ -333,6 +349,7 @@ class WebhookListener:
         for msg_id in new:
             self.send_hint(msg_id)
         self.outbox.hold(new)
+        return len(new)
 
 
 #: The subscription name of webhooks given on start (signed with webhook_start_secret).
@@ -379,6 +396,43 @@ def listener_of(
         send_hint,
         secret_key(start) if start else None,
     )
+
+
+#: A turn in one of these may have a notification whose recording a dead process missed.
+NOTIFYING = frozenset(
+    {AgentTurnStatus.WAITING_FOR_APPROVAL, AgentTurnStatus.WAITING_FOR_USER}
+) | frozenset(s for s in AgentTurnStatus if s.is_terminal)
+#: How far back in its tree's stream a catch-up looks for a turn's notifying events.
+CATCH_UP_ENTRIES = 200
+
+
+def catch_up(runner: AgentRunner, turn_id: str) -> int:
+    """Record the notifications of a parked or ended turn that are not recorded yet.
+
+    A process killed between a commit and its listeners leaves the commit's events in the
+    store and their notifications unrecorded. Its step message comes back (it was not
+    acknowledged) and finds nothing to run: the step task then calls this, which reads
+    the turn's last committed events and records what is missing (the message ids are
+    stable, so what was recorded stays one notification). Needs the event stream
+    (``AGENTWORKER_EVENTS``, on by default). Returns how many deliveries were new.
+    """
+    listeners = [x for x in runner.events.listeners if isinstance(x, WebhookListener)]
+    if not listeners:
+        return 0
+    try:
+        control = runner.store.peek(turn_id)
+        if control.status not in NOTIFYING:
+            return 0
+        root = runner.store.load(turn_id).root_turn_id
+        events = runner.store.read_events(root, CATCH_UP_ENTRIES, newest=True)
+    except AgentWorkerError as exc:
+        log.warning("webhook catch-up of turn %s skipped: %s", turn_id, exc)
+        return 0
+    mine = [e for e in events if e.turn_id == turn_id and e.type in EVENT_TYPES]
+    new = sum(listener.notify(e) for listener in listeners for e in mine)
+    if new:
+        log.warning("turn %s: %d webhook deliveries recorded late (a process died)", turn_id, new)
+    return new
 
 
 def send_due(outbox: Outbox, send_hint: Callable[[str], None], limit: int = 100) -> int:

@@ -239,6 +239,11 @@ class EventBus:
         """True when someone listens."""
         return bool(self._listeners)
 
+    @property
+    def listeners(self) -> tuple[AgentEventListener, ...]:
+        """The listeners, in order."""
+        return self._listeners
+
     def deliver(self, event: AgentEvent) -> None:
         """Hand ``event`` to every listener, in order."""
         for listener in self._listeners:

@@ -128,12 +128,15 @@ class InMemoryAgentTurnStore(MemoryWakeups):
             )
         )
 
-    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
+    def read_events(
+        self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
+    ) -> list[AgentEvent]:
         """Committed events of the tree, oldest first (``keep_events`` must be on)."""
         with self._lock:
             if self._events is None:
                 return []
-            return list(self._events.get(root_turn_id, ()))[:limit]
+            events = list(self._events.get(root_turn_id, ()))
+            return events[-limit:] if newest else events[:limit]
 
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""

@@ -193,8 +193,13 @@ class AgentTurnStore(Protocol):
         """
         ...
 
-    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
-        """The committed events of a turn tree, oldest first, numbered."""
+    def read_events(
+        self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
+    ) -> list[AgentEvent]:
+        """The committed events of a turn tree, oldest first, numbered.
+
+        ``newest``: the last ``limit`` of them (still oldest first) instead of the first.
+        """
         ...
 
     def mark_queued(self, turn_ids: Sequence[str]) -> None:

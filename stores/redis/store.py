@@ -355,10 +355,15 @@ class RedisAgentTurnStore:
         with self.guard:
             return sweeps.wakeups(self, now, lost_after, limit)
 
-    def read_events(self, root_turn_id: str, limit: int = 10_000) -> list[AgentEvent]:
-        """The committed events of a tree, oldest first (provisional ones left out)."""
+    def read_events(
+        self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
+    ) -> list[AgentEvent]:
+        """The committed events of a tree, oldest first (provisional ones left out).
+
+        ``newest``: those among the stream's last ``limit`` entries.
+        """
         with self.guard:
-            return sweeps.read_events(self, root_turn_id, limit)
+            return sweeps.read_events(self, root_turn_id, limit, newest=newest)
 
     def list_turns(
         self,

@@ -119,13 +119,22 @@ def quarantined(store: RedisAgentTurnStore, limit: int) -> list[tuple[str, str, 
     return sorted(found, key=lambda f: -f[2])[:limit]
 
 
-def read_events(store: RedisAgentTurnStore, root_turn_id: str, limit: int) -> list[AgentEvent]:
-    """The committed events of a tree, oldest first (provisional ones left out)."""
+def read_events(
+    store: RedisAgentTurnStore, root_turn_id: str, limit: int, *, newest: bool = False
+) -> list[AgentEvent]:
+    """The committed events of a tree, oldest first (provisional ones left out).
+
+    ``newest``: those among the stream's last ``limit`` entries.
+    """
     try:
         tag = store.tag_of(root_turn_id)
     except TurnNotFoundError:
         return []
-    entries = store.redis.xrange(store.keys.events(tag, root_turn_id), count=limit) or []
+    key = store.keys.events(tag, root_turn_id)
+    if newest:
+        entries = list(reversed(store.redis.xrevrange(key, count=limit) or []))
+    else:
+        entries = store.redis.xrange(key, count=limit) or []
     events: list[AgentEvent] = []
     for _, raw in entries:
         fields = {text(k): text(v) for k, v in (raw or {}).items()}

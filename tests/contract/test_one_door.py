@@ -315,3 +315,9 @@ def test_committed_events_are_in_the_log_once_each_numbered_per_turn(
     # the parent settles its children in its own step: one commit, with a SNAPSHOT_SAVED
     settled = parent.index(E.TASK_COMPLETED)
     assert E.SNAPSHOT_SAVED in parent[settled:] and parent.count(E.TURN_SUSPENDED) >= 1
+    # and the newest of them read from the end are the log's tail, oldest first (the Redis
+    # stream also holds provisional entries, so it may return fewer)
+    tail = make_store().read_events(root.id, 30, newest=True)
+    assert 0 < len(tail) <= 30 and [e.event_id for e in tail] == [
+        e.event_id for e in log[-len(tail) :]
+    ]

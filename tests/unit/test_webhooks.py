@@ -16,8 +16,10 @@ from standardwebhooks import Webhook
 
 from agentworker import webhooks
 from agentworker.settings import Settings
+from agentworker.stepping import step_once
 from examples.local import RedisServer
 from runner_core import AgentResumeCommand, AgentRunner, InMemoryAgentLoader
+from stores import RedisAgentTurnStore
 from tests.unit.test_eventstream import approval_agent
 
 pytestmark = pytest.mark.redis
@@ -191,3 +193,65 @@ def test_bad_subscriptions_are_configuration_errors() -> None:
     for raw in ('[{"url": "ftp://x", "secret": "s"}]', '[{"url": "http://x"}]', "{}"):
         with pytest.raises(ConfigurationError, match="AGENTWORKER_WEBHOOKS"):
             webhooks.parse_subscriptions(raw)
+
+
+def two_workers(settings: Settings, hints: list[str]) -> tuple[AgentRunner, AgentRunner]:
+    """A worker whose listeners never run (killed right after its commit) and a healthy one."""
+    loader = InMemoryAgentLoader([approval_agent()])
+
+    def runner() -> AgentRunner:
+        store = RedisAgentTurnStore(settings.redis_url, namespace=settings.namespace)
+        return AgentRunner(turn_store=store, agent_loader=loader, dispatcher=lambda _: None)
+
+    dying, healthy = runner(), runner()
+    healthy.add_event_listener(webhooks.listener_of(settings, healthy.store.load, hints.append))
+    return dying, healthy
+
+
+def test_a_notification_a_killed_worker_never_recorded_is_recorded_when_its_message_returns(
+    server: RedisServer, receiver: Receiver
+) -> None:
+    # Given a worker whose commit parked the turn for approval, killed before its listener
+    settings = settings_for(server, receiver.url)
+    hints: list[str] = []
+    dying, healthy = two_workers(settings, hints)
+    turn = dying.start("pay-agent", "pay 5")
+    assert step_once(dying, turn.id, "w1", chain_seconds=60) == "WAITING_FOR_APPROVAL"
+    assert webhooks.outbox_of(settings).log_of(turn.id) == []
+
+    # When its unacknowledged message comes back to a healthy worker
+    assert step_once(healthy, turn.id, "w2") == "not-runnable"
+
+    # Then the notification is recorded, with the id the dead worker's listener would have
+    # given it, and delivered; the same message again records nothing more
+    [approval] = [
+        e for e in healthy.store.read_events(turn.id) if e.type.value == "TOOL_APPROVAL_REQUESTED"
+    ]
+    assert hints == [webhooks.message_id("ops", receiver.url, turn.id, approval.sequence)]
+    outbox = webhooks.outbox_of(settings)
+    assert deliver_until_settled(outbox, hints[0])[-1] == "delivered"
+    assert step_once(healthy, turn.id, "w2") == "not-runnable"
+    assert len(hints) == 1 and len(outbox.log_of(turn.id)) == 1
+
+
+def test_a_record_its_recorder_died_in_is_completed_not_dropped(
+    server: RedisServer, receiver: Receiver
+) -> None:
+    # Given a notification whose recorder died between its claim and the rest of the record
+    settings = settings_for(server, receiver.url)
+    hints: list[str] = []
+    dying, healthy = two_workers(settings, hints)
+    turn = dying.start("pay-agent", "pay 5")
+    step_once(dying, turn.id, "w1", chain_seconds=60)
+    [approval] = [
+        e for e in dying.store.read_events(turn.id) if e.type.value == "TOOL_APPROVAL_REQUESTED"
+    ]
+    msg_id = webhooks.message_id("ops", receiver.url, turn.id, approval.sequence)
+    outbox = webhooks.outbox_of(settings)
+    assert outbox.redis.hsetnx(f"{settings.namespace}:wh:d:{msg_id}", "state", "pending")
+
+    # When the step message comes back: the record is completed and delivered
+    step_once(healthy, turn.id, "w2")
+    assert hints == [msg_id]
+    assert deliver_until_settled(outbox, msg_id)[-1] == "delivered"
+    assert [d["state"] for d in outbox.log_of(turn.id)] == ["delivered"]
