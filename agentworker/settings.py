@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     http_max_input_chars: int = Field(default=200_000, gt=0)
     #: Largest ``metadata`` of a start or resume, as compact JSON bytes (422 beyond it).
     http_max_metadata_bytes: int = Field(default=16_384, gt=0)
+    #: Failed credentials a client address may present per minute before the HTTP API and
+    #: the console's sign-in answer it 429 (per process); 0: no limit.
+    http_auth_failures_per_minute: int = Field(default=30, ge=0)
     #: How long the HTTP API waits for the rest of an announced body (408 after it).
     http_body_timeout_seconds: float = Field(default=30.0, gt=0)
     #: How long a request id or ``Idempotency-Key`` is remembered with its answer.

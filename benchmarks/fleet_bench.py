@@ -260,11 +260,25 @@ def rabbitmq_ratio(args: argparse.Namespace, workdir: Path, store: redis.Redis) 
         cpu_task = cpu_per_unit(
             meters, args.tasks, lambda: raw_celery(app, is_drained, args.tasks, queue)
         )
+        fleet.stop()
+        # the same with one step per message
+        fleet = Fleet({**env, "AGENTWORKER_STEP_CHAIN_SECONDS": "0"}, workdir / "logs-rabbit1")
+        for i in range(args.workers):
+            fleet.start_worker(f"rabbit-single{i + 1}", pool="prefork")
+        fleet.wait_ready()
+        agent_steps(runner, 5)
+        noop_s, steps_s = best_of(
+            args.rounds,
+            lambda: raw_celery(app, is_drained, args.tasks, queue),
+            lambda: agent_steps(runner, args.turns),
+        )
         conn.release()
         return (
             f"  RabbitMQ broker, {args.workers} prefork workers of 1 process: "
             f"raw {noop:.0f} tasks/s, steps {steps:.0f} steps/s, "
             f"ratio {steps / noop:.2f}   (target >= 0.7)\n"
+            f"  RabbitMQ, one step per message: raw {noop_s:.0f} tasks/s, "
+            f"steps {steps_s:.0f} steps/s, ratio {steps_s / noop_s:.2f}\n"
             f"  CPU per step (RabbitMQ): {cpu_line(cpu_step)}  "
             f"(a no-op task: {cpu_line(cpu_task)})"
         )

@@ -33,6 +33,7 @@ from agentworker.http.schemas import (
     turn_summary,
 )
 from agentworker.http.sse import already_over, event_source, stream_exists
+from agentworker.http.throttle import FailureThrottle
 from agentworker.logs import use_json_in_http_app
 from agentworker.metrics import scrape
 from agentworker.otel import instrument_http_app
@@ -422,10 +423,12 @@ def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> S
     handlers = {ApiError: _on_error, AgentWorkerError: _on_error, Exception: _on_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     guard_limits = Limits(settings.http_max_body_bytes, settings.http_body_timeout_seconds)
-    app.add_middleware(Guard, auth=auth, limits=guard_limits)
+    throttle = FailureThrottle(settings.http_auth_failures_per_minute)
+    app.add_middleware(Guard, auth=auth, limits=guard_limits, throttle=throttle)
     instrument_http_app(app)  # OpenTelemetry: a span per request, outside the guard
     app.state.api = api
     app.state.auth = auth
+    app.state.throttle = throttle
     return app
 
 

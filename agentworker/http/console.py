@@ -10,6 +10,7 @@ cookie; read scope sees, approve scope acts (the API checks, not the page).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
@@ -25,6 +26,7 @@ from agentworker.http.auth import COOKIE_NAME, Caller
 from agentworker.http.errors import ApiError
 from agentworker.http.guard import caller_of
 from agentworker.http.listing import ListQuery, Page, list_page
+from agentworker.http.throttle import client_of
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, TurnNotFoundError
 
 if TYPE_CHECKING:
@@ -49,6 +51,13 @@ class Console:
 
     async def login(self, request: Request) -> Response:
         """``POST /console/login``: check the token, then keep it in the session cookie."""
+        throttle, client = request.app.state.throttle, client_of(request.scope)
+        try:
+            throttle.check(client)
+        except ApiError as exc:
+            refused = _html(views.login(error=exc.message), status_code=429)
+            refused.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after or 1)))
+            return refused
         token = (await _login_form(request)).strip()
         auth = request.app.state.auth
         try:
@@ -56,6 +65,7 @@ class Console:
             assert isinstance(found, Caller)
             found.need("read")
         except ApiError as exc:
+            throttle.failed(client)
             return _html(views.login(error=exc.message), status_code=401)
         response = RedirectResponse("/console", status_code=303)
         response.set_cookie(

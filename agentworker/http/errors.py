@@ -53,6 +53,7 @@ _KIND = {
     409: "Conflict",
     413: "PayloadTooLarge",
     422: "ValidationError",
+    429: "TooManyRequests",
     503: "Unavailable",
 }
 
@@ -63,11 +64,20 @@ RETRY_AFTER_UNAVAILABLE = 5
 class ApiError(AgentWorkerError):
     """Raised by the HTTP layer itself: a status code, a message and maybe a field."""
 
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.field = field
+        #: Seconds the caller should wait before trying again (``Retry-After``).
+        self.retry_after = retry_after
 
 
 def unauthorized(message: str) -> ApiError:
@@ -115,6 +125,8 @@ def error_response(exc: BaseException) -> JSONResponse:
     """The JSON response for ``exc``; a turn leased by a worker says when to try again."""
     headers = {}
     if isinstance(exc, TurnLeasedError):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    if isinstance(exc, ApiError) and exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     if status_of(exc) == 503:
         headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)

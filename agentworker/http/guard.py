@@ -21,6 +21,7 @@ from starlette.responses import RedirectResponse, Response
 
 from agentworker.http.auth import COOKIE_NAME, Authenticator, Caller, Pending
 from agentworker.http.errors import ApiError, error_response
+from agentworker.http.throttle import FailureThrottle, client_of
 from runner_core.errors import PayloadTooLargeError
 
 Scope = MutableMapping[str, Any]
@@ -56,19 +57,26 @@ def caller_of(request: Request) -> Caller:
 class Guard:
     """ASGI middleware: authenticate on headers, bound and buffer the body, confirm signatures."""
 
-    def __init__(self, app: ASGIApp, auth: Authenticator, limits: Limits) -> None:
+    def __init__(
+        self, app: ASGIApp, auth: Authenticator, limits: Limits, throttle: FailureThrottle
+    ) -> None:
         self.app = app
         self.auth = auth
         self.limits = limits
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse on headers, or pass the request on with its body read and its caller."""
         if scope["type"] != "http" or _public(scope["path"]):
             await self.app(scope, receive, send)
             return
+        client = client_of(scope)
         try:
+            self.throttle.check(client)  # before any credential is looked at
             caller, body = await self._admit(scope, receive)
         except (ApiError, PayloadTooLargeError) as exc:
+            if isinstance(exc, ApiError) and exc.status == 401 and _presented(scope):
+                self.throttle.failed(client)
             await self._refuse(scope, exc)(scope, receive, send)
             return
         except _ClientGone:
@@ -143,6 +151,14 @@ class Guard:
 
 class _ClientGone(Exception):
     """The client disconnected before its body arrived."""
+
+
+def _presented(scope: Scope) -> bool:
+    """True when the request carried a credential of some kind (a wrong one, then)."""
+    headers = Headers(scope=scope)
+    return any(h in headers for h in ("authorization", "webhook-signature")) or bool(
+        _cookie(headers)
+    )
 
 
 def _public(path: str) -> bool:

@@ -89,7 +89,11 @@ def signed_post(
 
 
 def asgi_call(
-    app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes], stall: bool = False
+    app: Any,
+    headers: list[tuple[bytes, bytes]],
+    chunks: list[bytes],
+    stall: bool = False,
+    client: str = "127.0.0.1",
 ) -> tuple[int, int, dict[str, Any]]:
     """Call the app once; (status, how many body messages it read, JSON answer)."""
     received = 0
@@ -117,7 +121,7 @@ def asgi_call(
         "root_path": "",
         "scheme": "http",
         "headers": headers,
-        "client": ("127.0.0.1", 1),
+        "client": (client, 1),
         "server": ("127.0.0.1", 80),
         "state": {},
     }
@@ -143,6 +147,37 @@ def test_a_wrong_token_is_refused_before_the_body_too(
     app = create_http_app(runner, settings)
     status, read, _ = asgi_call(app, [(b"authorization", b"Bearer guess")], [b"{}"])
     assert (status, read) == (401, 0)
+
+
+def test_guessing_tokens_is_throttled_per_address_before_any_credential_is_read(
+    runner: AgentRunner, settings: Settings
+) -> None:
+    app = create_http_app(runner, settings.model_copy(update={"http_auth_failures_per_minute": 3}))
+
+    def call(client: str, token: str | None) -> tuple[int, int, dict[str, Any]]:
+        auth = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        return asgi_call(app, auth, [b"{}"], client=client)
+
+    # Given a guesser at one address and a caller at another, both on the same process
+    assert [call("10.0.0.1", f"guess-{n}")[0] for n in range(3)] == [401, 401, 401]
+    # When the guesser goes on: refused before its credential or body is looked at, even
+    # the right token (its budget for the minute is spent)
+    status, read, answer = call("10.0.0.1", "guess-4")
+    assert (status, read, answer["error"]["type"]) == (429, 0, "TooManyRequests")
+    assert call("10.0.0.1", "acme-rw")[0] == 429
+    # Then the other address is served, and requests with no credential at all count nothing
+    assert call("10.0.0.2", "acme-rw")[0] == 422  # authenticated; the body is not a turn
+    assert [call("10.0.0.3", None)[0] for _ in range(5)] == [401] * 5
+
+
+def test_the_console_sign_in_is_throttled_too(runner: AgentRunner, settings: Settings) -> None:
+    app = create_http_app(runner, settings.model_copy(update={"http_auth_failures_per_minute": 2}))
+    with TestClient(app, follow_redirects=False) as client:
+        wrong = [client.post("/console/login", data={"token": "guess"}) for _ in range(2)]
+        assert [r.status_code for r in wrong] == [401, 401]
+        blocked = client.post("/console/login", data={"token": "acme-rw"})
+        assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) >= 1
+        assert "too many failed credentials" in blocked.text
 
 
 def test_an_announced_body_over_the_limit_is_413_unread(
