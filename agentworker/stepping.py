@@ -34,21 +34,26 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: 
     ``quarantined``, ``fenced`` or the turn's status after the step.
     """
     started = time.perf_counter()
-    first = True
+    previous: AgentTurn | None = None  # the chain's last step
     while True:
         step_started = time.perf_counter()
-        outcome, turn = _claim_and_step(runner, turn_id, worker_id)
+        try:
+            outcome, turn = _claim_and_step(runner, turn_id, worker_id)
+        except Exception:
+            if previous is not None:  # its commit marked a wake-up queued: send it
+                _wake_next(runner, previous)
+            raise
         metrics.step_done(outcome, turn, time.perf_counter() - step_started)
-        if outcome == "not-runnable" and first:
+        if outcome == "not-runnable" and previous is None:
             # a duplicate, or the message of a process that died after its last commit:
             # what that process's listeners would have recorded is recorded now
             webhooks.catch_up(runner, turn_id)
-        first = False
         if turn is None or outcome == "fenced":
             return outcome
         if not (_runs_now(turn) and time.perf_counter() - started < chain_seconds):
             _wake_next(runner, turn)
             return outcome
+        previous = turn
 
 
 def _runs_now(turn: AgentTurn) -> bool:

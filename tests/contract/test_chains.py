@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -265,3 +266,30 @@ def test_a_failure_right_after_the_claim_gives_the_lease_back(
     # Then the lease is given back, not kept alive by the heartbeat: the next wake-up runs
     assert runner.store.load(turn).lease is None
     assert step_once(runner, turn, "w2", chain_seconds=LONG) == "COMPLETED"
+
+
+def test_a_store_error_between_two_chained_steps_still_sends_the_wake_up(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    # Given a chain whose second claim fails (a Redis blip)
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    turn = runner.start("looker", "go").id
+    broker.queue.clear()
+    claims = {"n": 0}
+    real_claim = runner.claim
+
+    def claim(turn_id: str, worker_id: str) -> Any:
+        claims["n"] += 1
+        if claims["n"] == 2:
+            raise StoreUnavailableError("redis://test", ConnectionError("reset"))
+        return real_claim(turn_id, worker_id)
+
+    runner.claim = claim  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailableError):
+        step_once(runner, turn, "w1", chain_seconds=LONG)
+
+    # Then the first step's commit is not left marked queued with no message behind it
+    assert broker.queue == [turn]
+    runner.claim = real_claim  # type: ignore[method-assign]
+    assert step_once(runner, broker.queue.pop(), "w1", chain_seconds=LONG) == "COMPLETED"
