@@ -22,7 +22,7 @@ from typing import Protocol
 
 log = logging.getLogger("agentworker.housekeeping")
 
-#: Tags are pruned once no root was created in them for this long (seconds).
+#: Tags are pruned once no turn was created in them for this long (seconds).
 PRUNE_GRACE_SECONDS = 3600.0
 
 

@@ -3,7 +3,7 @@
 The store's ``list_turns`` gives what it can filter cheaply (status, tree, agent,
 conversation, times, parent); the tenant lives in a turn's metadata, so a page's candidates
 are loaded one by one until the page is full. A listing looks at most ``SCAN_CAP`` turns of
-the store (its newest, as far as the store can tell).
+the store: its newest (the Redis store reads the trees with the newest creations first).
 """
 
 from __future__ import annotations

@@ -52,12 +52,14 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:{T}:ci:<sha1(conv)>``         set      the ids of the messages in that list
 ``ns:turn:I``                      string   I's tag (global, written before the turn is created)
 
-``ns:partitions:{pK}``             zset     tag -> last root creation (unix time): tags that may
+``ns:partitions:{pK}``             zset     tag -> last turn creation (unix time; a root, or
+                                            children added to its tree): tags that may
                                             hold live turns; scans of runnable turns walk these.
                                             ``K`` = crc32("p:" + tag) % buckets (16 by default): the
                                             writes of root creations spread over the cluster
-``ns:retained:{pK}``               zset     tag -> last root creation: tags with any stored turn
-                                            (same bucket and slot as the tag's partitions entry)
+``ns:retained:{pK}``               zset     tag -> last turn creation: tags with any stored turn
+                                            (same bucket and slot as the tag's partitions entry;
+                                            listings read them newest first)
 ``ns:partitions``, ``ns:retained``  zset     the single keys of earlier releases: still read,
                                             emptied into the buckets by ``migrate_partitions``
 ``ns:due:{dK}``                     zset     the due index, 16 shards (K = crc32(tag) % 16): tag ->

@@ -22,6 +22,9 @@ from stores.redis.keys import MAX_PARTITION_BUCKETS, Keyspace
 from stores.redis.scripts import Scripts, code_of
 
 BATCH = 200
+#: How far apart the clocks of the processes that create turns may be, in seconds: a
+#: listing reads tags whose last creation is up to this much older than what it found.
+CLOCK_SLACK = 5.0
 """Tags asked per pipeline."""
 
 HOLD = 30.0
@@ -45,6 +48,10 @@ class Scanner:
 
     def tags(self, keys: Sequence[str]) -> list[str]:
         """Members of a bucketed global set (its buckets and legacy key), oldest first."""
+        return [tag for tag, _ in self.scored_tags(keys)]
+
+    def scored_tags(self, keys: Sequence[str]) -> list[tuple[str, float]]:
+        """(tag, its last turn creation) of a bucketed global set, oldest first."""
         pipe = self.redis.pipeline(transaction=False)
         for key in keys:
             pipe.zrange(key, 0, -1, withscores=True)
@@ -53,7 +60,7 @@ class Scanner:
             for raw, score in entries:
                 tag = text(raw)
                 scores[tag] = max(float(score), scores.get(tag, float(score)))
-        return sorted(scores, key=scores.__getitem__)
+        return sorted(scores.items(), key=lambda entry: entry[1])
 
     def partition_tags(self) -> list[str]:
         """Tags that may hold live turns."""
@@ -168,12 +175,27 @@ class Scanner:
         return found[:limit]
 
     def summaries(
-        self, tags: Sequence[str], status: AgentTurnStatus | None, root: str | None, limit: int
+        self,
+        tags: Sequence[tuple[str, float]],
+        status: AgentTurnStatus | None,
+        root: str | None,
+        limit: int,
     ) -> list[TurnSummary]:
-        """Summaries of the turns of ``tags``, filtered, newest first."""
+        """Summaries of the turns of ``tags``, filtered, newest first.
+
+        ``tags``: (tag, when its newest turn was created), as the partition sets score
+        them. They are read newest first, until ``limit`` turns were found that are newer
+        than anything the tags left could hold (``CLOCK_SLACK`` for the clocks of the
+        processes that created them).
+        """
         found: list[TurnSummary] = []
-        for batch in _chunks(tags):
-            ids = self._ids(batch, status)
+        newest_first = sorted(tags, key=lambda entry: entry[1], reverse=True)
+        for batch in _chunks(newest_first):
+            if len(found) >= limit:
+                found.sort(key=lambda s: s.created_at, reverse=True)
+                if batch[0][1] + CLOCK_SLACK < found[limit - 1].created_at:
+                    break
+            ids = self._ids([tag for tag, _ in batch], status)
             pipe = self.redis.pipeline(transaction=False)
             for tag, turn_id in ids:
                 pipe.hmget(self.keys.header(tag, turn_id), *SUMMARY_FIELDS)
@@ -183,8 +205,6 @@ class Scanner:
                     continue
                 if root is None or summary.root_turn_id == root:
                     found.append(summary)
-            if len(found) >= limit:
-                break
         found.sort(key=lambda s: s.created_at, reverse=True)
         return found[:limit]
 

@@ -375,13 +375,13 @@ class RedisAgentTurnStore:
         with self.guard:
             if root_turn_id is not None:
                 try:
-                    tags = [self.tag_of(root_turn_id)]
+                    tags = [(self.tag_of(root_turn_id), float("inf"))]
                 except TurnNotFoundError:
                     return []
             elif status is not None and not status.is_terminal:
-                tags = self.scanner.partition_tags()
+                tags = self.scanner.scored_tags(self.keys.all_partitions())
             else:
-                tags = self.scanner.retained_tags()
+                tags = self.scanner.scored_tags(self.keys.all_retained())
             return self.scanner.summaries(tags, status, root_turn_id, limit)
 
     def expire_terminal(

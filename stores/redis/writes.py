@@ -83,15 +83,13 @@ def _call(store: RedisAgentTurnStore, tag: str, c: Commit, stored: int) -> objec
     for child in c.children:
         keys += [k.header(tag, child.id), k.messages(tag, child.id), k.children(tag, s.id)]
         args += turn_block(child, -1, 0)
-    before: list[tuple[Arg, ...]] = [("SET", k.turn_index(t.id), tag, "NX") for t in c.children]
-    if creating:
+    created = [s, *c.children] if creating else list(c.children)
+    # the id -> tag entries first (``_drop_index_entries`` reads their replies in this order)
+    before: list[tuple[Arg, ...]] = [("SET", k.turn_index(t.id), tag, "NX") for t in created]
+    if created:
+        # the tag's score is its last turn creation: listings read the newest tags first
         stamp = repr(time.time())
-        before = [
-            ("SET", k.turn_index(s.id), tag, "NX"),
-            ("ZADD", k.partitions(tag), stamp, tag),
-            ("ZADD", k.retained(tag), stamp, tag),
-            *before,
-        ]
+        before += [("ZADD", k.partitions(tag), stamp, tag), ("ZADD", k.retained(tag), stamp, tag)]
     score = attention(store, c)
     after = [] if score is None else [store.touch(tag, score)]
     if not before and not after:
@@ -133,12 +131,10 @@ def attention(store: RedisAgentTurnStore, c: Commit) -> float | None:
 def _drop_index_entries(store: RedisAgentTurnStore, c: Commit, replies: list[object]) -> None:
     """Nothing was created: drop the ``id -> tag`` entries this call set (and only those)."""
     k = store.keys
-    if c.expected_version == -1:  # SET turn, ZADD, ZADD, then SET per child
-        ids, sets = [c.snapshot.id], [replies[0]]
-        sets += replies[3:-1]
-    else:
-        ids, sets = [], list(replies[:-1])
-    ids += [child.id for child in c.children]
+    ids = [child.id for child in c.children]
+    if c.expected_version == -1:
+        ids.insert(0, c.snapshot.id)
+    sets = replies[: len(ids)]  # a SET per created turn, first in ``before``
     ours = [k.turn_index(i) for i, set_ in zip(ids, sets, strict=True) if set_]
     if ours:
         store.redis.delete(*ours)

@@ -6,6 +6,7 @@ import pytest
 
 from runner_core import AgentTurnStatus, TurnNotFoundError
 from stores import RedisAgentTurnStore
+from stores.redis import scans
 from tests.contract.helpers import child_of, snap, waiting_for
 
 pytestmark = pytest.mark.redis
@@ -58,6 +59,30 @@ def test_list_turns_by_status_and_by_tree(redis_store: RedisAgentTurnStore) -> N
     assert len(redis_store.list_turns()) == 4
     assert len(redis_store.list_turns(limit=2)) == 2
     assert redis_store.list_turns(root_turn_id="unknown") == []
+
+
+def test_listing_is_newest_first_across_more_trees_than_one_scan_batch(
+    redis_store: RedisAgentTurnStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scans, "CLOCK_SLACK", 0.0)  # one process, one clock: no slack needed
+    # Given more trees than one scan batch, created one after another, and then a child in
+    # the oldest tree: the newest turn of all
+    roots = []
+    for _ in range(450):
+        root = snap()
+        redis_store.save(root, -1)
+        roots.append(root)
+    oldest = roots[0]
+    kid = child_of(oldest)
+    waiting_for(oldest, kid)
+    redis_store.save_parent_and_children(oldest, 0, [kid])
+
+    # When the newest 20 are listed, all of them or by status
+    newest = [kid.id] + [r.id for r in reversed(roots)][:19]
+    assert [t.turn_id for t in redis_store.list_turns(limit=20)] == newest
+    assert [t.turn_id for t in redis_store.list_turns(S.READY, limit=5)] == newest[:5]
+    [waiting] = redis_store.list_turns(S.WAITING_FOR_CHILD, limit=5)
+    assert waiting.turn_id == oldest.id
 
 
 def test_retention_never_expires_what_a_waiting_parent_references(
