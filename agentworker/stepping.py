@@ -94,7 +94,7 @@ def _wake_next(runner: AgentRunner, turn: AgentTurn) -> None:
     st = turn.state
     if st.status.is_terminal:
         return  # a waiting parent was woken (and marked) by the child's last commit
-    if st.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING) or st.cancel_requested:
+    if _runs_now(turn) or st.cancel_requested:
         runner.dispatch(turn.id, marked=True, agent_id=st.agent_id)
     elif st.status is AgentTurnStatus.WAITING_FOR_CHILD:
         for child_id in waiting_child_ids(st):

@@ -10,7 +10,6 @@ cookie; read scope sees, approve scope acts (the API checks, not the page).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
@@ -23,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 
 from agentworker.http import console_views as views
 from agentworker.http.auth import COOKIE_NAME, Caller
-from agentworker.http.errors import ApiError
+from agentworker.http.errors import ApiError, retry_after
 from agentworker.http.guard import caller_of
 from agentworker.http.listing import ListQuery, Page, list_page
 from agentworker.http.throttle import client_of
@@ -56,7 +55,7 @@ class Console:
             throttle.check(client)
         except ApiError as exc:
             refused = _html(views.login(error=exc.message), status_code=429)
-            refused.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after or 1)))
+            refused.headers["Retry-After"] = retry_after(exc.retry_after or 1)
             return refused
         token = (await _login_form(request)).strip()
         auth = request.app.state.auth

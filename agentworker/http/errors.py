@@ -80,6 +80,11 @@ class ApiError(AgentWorkerError):
         self.retry_after = retry_after
 
 
+def retry_after(seconds: float) -> str:
+    """A ``Retry-After`` value: whole seconds, at least one."""
+    return str(max(1, math.ceil(seconds)))
+
+
 def unauthorized(message: str) -> ApiError:
     """401: missing or bad credentials."""
     return ApiError(401, message)
@@ -125,9 +130,9 @@ def error_response(exc: BaseException) -> JSONResponse:
     """The JSON response for ``exc``; a turn leased by a worker says when to try again."""
     headers = {}
     if isinstance(exc, TurnLeasedError):
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        headers["Retry-After"] = retry_after(exc.retry_after)
     if isinstance(exc, ApiError) and exc.retry_after is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        headers["Retry-After"] = retry_after(exc.retry_after)
     if status_of(exc) == 503:
         headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
     return JSONResponse(error_body(exc), status_code=status_of(exc), headers=headers)

@@ -22,10 +22,11 @@ from stores.redis.keys import MAX_PARTITION_BUCKETS, Keyspace
 from stores.redis.scripts import Scripts, code_of
 
 BATCH = 200
-#: How far apart the clocks of the processes that create turns may be, in seconds: a
-#: listing reads tags whose last creation is up to this much older than what it found.
-CLOCK_SLACK = 5.0
 """Tags asked per pipeline."""
+
+CLOCK_SLACK = 5.0
+"""How far apart the clocks of the processes that create turns may be, in seconds: a
+listing reads tags whose last creation is up to this much older than what it found."""
 
 HOLD = 30.0
 """Seconds a tag being read is out of the due index's reach (see ``Scanner.collect``)."""

@@ -208,6 +208,14 @@ def two_workers(settings: Settings, hints: list[str]) -> tuple[AgentRunner, Agen
     return dying, healthy
 
 
+def approval_message_id(runner: AgentRunner, turn_id: str, url: str) -> str:
+    """The id the ``ops`` subscription gives the turn's approval request."""
+    [approval] = [
+        e for e in runner.store.read_events(turn_id) if e.type.value == "TOOL_APPROVAL_REQUESTED"
+    ]
+    return webhooks.message_id("ops", url, turn_id, approval.sequence)
+
+
 def test_a_notification_a_killed_worker_never_recorded_is_recorded_when_its_message_returns(
     server: RedisServer, receiver: Receiver
 ) -> None:
@@ -224,10 +232,7 @@ def test_a_notification_a_killed_worker_never_recorded_is_recorded_when_its_mess
 
     # Then the notification is recorded, with the id the dead worker's listener would have
     # given it, and delivered; the same message again records nothing more
-    [approval] = [
-        e for e in healthy.store.read_events(turn.id) if e.type.value == "TOOL_APPROVAL_REQUESTED"
-    ]
-    assert hints == [webhooks.message_id("ops", receiver.url, turn.id, approval.sequence)]
+    assert hints == [approval_message_id(healthy, turn.id, receiver.url)]
     outbox = webhooks.outbox_of(settings)
     assert deliver_until_settled(outbox, hints[0])[-1] == "delivered"
     assert step_once(healthy, turn.id, "w2") == "not-runnable"
@@ -243,10 +248,7 @@ def test_a_record_its_recorder_died_in_is_completed_not_dropped(
     dying, healthy = two_workers(settings, hints)
     turn = dying.start("pay-agent", "pay 5")
     step_once(dying, turn.id, "w1", chain_seconds=60)
-    [approval] = [
-        e for e in dying.store.read_events(turn.id) if e.type.value == "TOOL_APPROVAL_REQUESTED"
-    ]
-    msg_id = webhooks.message_id("ops", receiver.url, turn.id, approval.sequence)
+    msg_id = approval_message_id(dying, turn.id, receiver.url)
     outbox = webhooks.outbox_of(settings)
     assert outbox.redis.hsetnx(f"{settings.namespace}:wh:d:{msg_id}", "state", "pending")
 
