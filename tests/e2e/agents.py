@@ -62,14 +62,20 @@ def slow_record(tag: str, seconds: float) -> str:
     return f"recorded {tag}"
 
 
+_CHARGE = """
+redis.call('INCR', KEYS[1])
+if redis.call('SET', KEYS[2], '1', 'NX') then redis.call('INCR', KEYS[3]) end
+"""
+
+
 @tool
 def charge(amount: float) -> str:
     """An idempotent side effect: applied once per idempotency key, however often it runs."""
-    client = _redis()
     key = AgentToolContext.current().idempotency_key
-    client.incr(PREFIX + "attempt:" + key)
-    if client.set(PREFIX + "applied:" + key, "1", nx=True):
-        client.incr(PREFIX + "effect:" + key)
+    # One script, so a worker killed mid-call applies the charge wholly or not at all (two
+    # commands would leave "applied" set and the effect never counted)
+    keys = [PREFIX + name + key for name in ("attempt:", "applied:", "effect:")]
+    _redis().eval(_CHARGE, 3, *keys)
     time.sleep(0.05)  # long enough for a kill to land mid-tool now and then
     return f"charged {amount}"
 

@@ -247,6 +247,7 @@ def test_150_turns_with_a_worker_killed_mid_step_lose_and_double_nothing(
         "e2e-parent": "parts: COMPLETED, COMPLETED, COMPLETED",
         "e2e-slow": "done: recorded s | recorded after",
         "e2e-flaky": "worked after 2 failures",
+        "e2e-charges": "done: " + " | ".join(f"charged {float(i)}" for i in range(5)),
     }
     for turn_id, kind in ids.items():
         s = final[turn_id]
@@ -263,8 +264,11 @@ def test_150_turns_with_a_worker_killed_mid_step_lose_and_double_nothing(
         assert set(runs.values()) == {1}, {k: v for k, v in runs.items() if v != 1}
     assert [v for k, v in runs.items() if k.startswith(slow)] == [1, 1]  # killed: never ran
     # ... and every idempotent charge was applied exactly once
-    effects = [int(client.get(k) or 0) for k in client.keys(PREFIX + "effect:*")]
-    assert len(effects) == 40 * 5 and set(effects) == {1}
+    effects = {k.decode(): int(client.get(k) or 0) for k in client.keys(PREFIX + "effect:*")}
+    lost = {k.decode() for k in client.keys(PREFIX + "applied:*")} - {
+        k.replace(":effect:", ":applied:") for k in effects
+    }
+    assert len(effects) == 40 * 5 and set(effects.values()) == {1}, (len(effects), lost)
     print(f"150 turns on RabbitMQ, {expected} workers, {victim} killed: {elapsed:.1f} s")
 
 
