@@ -12,18 +12,20 @@ from agentworker.beat import sweep_started
 from agentworker.runtime import process_runner, worker_id
 from agentworker.settings import Settings
 from agentworker.stepping import step_once, sweep_once
+from runner_core import AgentRunner
 
 log = logging.getLogger("agentworker.tasks")
 
 
-def resend_webhooks(app: Celery, settings: Settings) -> None:
-    """Hint again the outbound webhooks that are due (a lost hint, a dead deliverer)."""
+def resend_webhooks(app: Celery, settings: Settings, runner: AgentRunner) -> None:
+    """Record what a dead canceller missed; hint again the webhooks that are due."""
     from agentworker import webhooks
     from agentworker.runtime import WEBHOOK_TASK
 
     if not webhooks.configured(settings):
         return
     outbox = webhooks.outbox_of(settings, _webhook_redis(settings))
+    webhooks.recheck(runner, outbox)
     sent = webhooks.send_due(
         outbox, lambda m: app.send_task(WEBHOOK_TASK, (m,), queue=settings.step_queue)
     )
@@ -64,8 +66,9 @@ def register(app: Celery, settings: Settings) -> None:
         """Wake what should be running; run by beat every ``sweep_interval``."""
         settings = Settings()
         sweep_started(settings)  # first: beat may queue the next sweep while this one runs
-        report = sweep_once(process_runner(app), settings.lost_wakeup_seconds)
-        resend_webhooks(app, settings)
+        runner = process_runner(app)
+        report = sweep_once(runner, settings.lost_wakeup_seconds)
+        resend_webhooks(app, settings, runner)
         observability.read_queue_depth(app, settings.step_queue)
         if report.due or report.lost or report.repaired:
             log.info("sweep woke %s", report)

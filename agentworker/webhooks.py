@@ -20,6 +20,9 @@ How, durably (Redis is the truth, a Celery message only a hint, as for steps):
 4. A worker killed between a commit and its listener leaves its step message unacknowledged;
    when it comes back and finds the turn parked or ended, ``catch_up`` records from the
    turn's committed events what that worker did not (``agentworker/stepping.py``).
+5. A cancel ends an idle turn in the cancelling process (the HTTP app), where no step
+   message would come back: its cancel request marks the turn for a check that the turn's
+   notification clears, and the sweep catches up a mark left behind (``recheck``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ EVENT_TYPES: dict[AgentEventType, str] = {
 HOLD_SECONDS = 60.0
 #: How long delivery records and logs are kept (seconds).
 KEEP_SECONDS = 7 * 24 * 3600
+#: Seconds after a cancel request before the sweep checks its turn's notification.
+CHECK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,7 @@ class Outbox:
         self.timeout = timeout
         self.due_key = f"{namespace}:wh:due"
         self.dead_key = f"{namespace}:wh:dead"
+        self.check_key = f"{namespace}:wh:check"
 
     def _record(self, msg_id: str) -> str:
         return f"{self.ns}:wh:d:{msg_id}"
@@ -212,6 +218,21 @@ class Outbox:
         if msg_ids:
             later = time.time() + seconds
             self.redis.zadd(self.due_key, {m: later for m in msg_ids}, xx=True)
+
+    def expect(self, turn_id: str, seconds: float = CHECK_SECONDS) -> None:
+        """A notifying commit may follow for ``turn_id``: have the sweep check it later."""
+        self.redis.zadd(self.check_key, {turn_id: time.time() + seconds}, nx=True)
+
+    def expected(self, limit: int = 100, now: float | None = None) -> list[str]:
+        """Turns whose check is due (``now`` defaults to the clock)."""
+        until = time.time() if now is None else now
+        ids = self.redis.zrangebyscore(self.check_key, "-inf", until, start=0, num=limit)
+        return [_text(i) for i in ids]
+
+    def checked(self, turn_ids: Sequence[str]) -> None:
+        """These turns need no later check."""
+        if turn_ids:
+            self.redis.zrem(self.check_key, *turn_ids)
 
     def due(self, limit: int = 100) -> list[str]:
         """Deliveries whose time has come and that no hint or deliverer holds."""
@@ -328,10 +349,19 @@ class WebhookListener:
     def notify(self, event: AgentEvent) -> int:
         """Record and hint each delivery this event needs; how many were new."""
         kind = EVENT_TYPES.get(event.type)
-        if kind is None or event.provisional:
+        watched = event.type is AgentEventType.CANCELLATION_REQUESTED
+        if (kind is None and not watched) or event.provisional:
             return 0
         try:
-            return self._notify(kind, event)
+            if kind is None:
+                # The end may be committed here (an idle turn) and this process killed
+                # before its listeners: no step message would come back to catch it up
+                self.outbox.expect(event.turn_id)
+                return 0
+            new = self._notify(kind, event)
+            if event.type is AgentEventType.TURN_CANCELLED:
+                self.outbox.checked([event.turn_id])
+            return new
         except Exception:  # noqa: BLE001 - a listener must not break the runner
             log.exception("recording webhooks of %s %s failed", event.type, event.turn_id)
             return 0
@@ -432,6 +462,20 @@ def catch_up(runner: AgentRunner, turn_id: str) -> int:
     new = sum(listener.notify(e) for listener in listeners for e in mine)
     if new:
         log.warning("turn %s: %d webhook deliveries recorded late (a process died)", turn_id, new)
+    return new
+
+
+def recheck(runner: AgentRunner, outbox: Outbox, limit: int = 100, now: float | None = None) -> int:
+    """The sweep's part for cancels: catch up every turn whose check is due.
+
+    A cancel ends an idle turn in the process that cancels (the HTTP app, the CLI). Its
+    cancel request marked the turn for a check, and the cancelled turn's notification
+    clears the mark; a mark left ``CHECK_SECONDS`` later is a process that died between the
+    two, and ``catch_up`` records what it missed. Returns how many deliveries were new.
+    """
+    turn_ids = outbox.expected(limit, now)
+    new = sum(catch_up(runner, turn_id) for turn_id in turn_ids)
+    outbox.checked(turn_ids)
     return new
 
 

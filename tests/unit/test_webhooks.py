@@ -257,3 +257,67 @@ def test_a_record_its_recorder_died_in_is_completed_not_dropped(
     assert hints == [msg_id]
     assert deliver_until_settled(outbox, msg_id)[-1] == "delivered"
     assert [d["state"] for d in outbox.log_of(turn.id)] == ["delivered"]
+
+
+class Killed(BaseException):
+    """The process dies here (no ``except Exception`` catches it)."""
+
+
+def killed_before_listeners_of(event_type: str) -> Any:
+    """A first listener that kills the process when ``event_type`` is delivered."""
+
+    def listener(event: Any) -> None:
+        if event.type.value == event_type:
+            raise Killed
+
+    return listener
+
+
+def test_a_cancel_whose_process_died_before_its_listener_is_notified_by_the_sweep(
+    server: RedisServer, receiver: Receiver
+) -> None:
+    # Given a turn waiting for approval, and a canceller (the HTTP app) killed between the
+    # commit that ends the turn and its webhook listener
+    settings = settings_for(server, receiver.url)
+    hints: list[str] = []
+    _, healthy = two_workers(settings, hints)
+    turn = healthy.start("pay-agent", "pay 5")
+    assert step_once(healthy, turn.id, "w1", chain_seconds=60) == "WAITING_FOR_APPROVAL"
+    canceller, _ = two_workers(settings, [])
+    canceller.add_event_listener(killed_before_listeners_of("TURN_CANCELLED"))  # first
+    canceller.add_event_listener(webhooks.listener_of(settings, canceller.store.load, hints.append))
+    with pytest.raises(Killed):
+        canceller.cancel(turn.id, "no longer needed")
+    outbox = webhooks.outbox_of(settings)
+    assert healthy.store.peek(turn.id).status.value == "CANCELLED"
+    assert [d["type"] for d in outbox.log_of(turn.id)] == ["turn.waiting_for_approval"]
+
+    # When the sweep runs: nothing before the check is due, then the end is recorded once
+    assert webhooks.recheck(healthy, outbox) == 0
+    later = time.time() + webhooks.CHECK_SECONDS + 1
+    assert webhooks.recheck(healthy, outbox, now=later) == 1
+    assert webhooks.recheck(healthy, outbox, now=later) == 0
+
+    # Then the turn.ended notification is delivered, under the id its listener would have given
+    [ended] = [e for e in healthy.store.read_events(turn.id) if e.type.value == "TURN_CANCELLED"]
+    assert hints[-1] == webhooks.message_id("ops", receiver.url, turn.id, ended.sequence)
+    assert deliver_until_settled(outbox, hints[-1])[-1] == "delivered"
+    assert [d["type"] for d in outbox.log_of(turn.id)][-1] == "turn.ended"
+
+
+def test_a_cancel_that_notified_leaves_nothing_for_the_sweep(
+    server: RedisServer, receiver: Receiver
+) -> None:
+    # Given a turn waiting for approval, cancelled by a process that lives
+    settings = settings_for(server, receiver.url)
+    hints: list[str] = []
+    _, healthy = two_workers(settings, hints)
+    turn = healthy.start("pay-agent", "pay 5")
+    step_once(healthy, turn.id, "w1", chain_seconds=60)
+    healthy.cancel(turn.id)
+    assert len(hints) == 2
+
+    # Then no check is left behind for the sweep
+    outbox = webhooks.outbox_of(settings)
+    assert outbox.expected(now=time.time() + webhooks.CHECK_SECONDS + 1) == []
+    assert webhooks.recheck(healthy, outbox, now=time.time() + 3600) == 0
