@@ -19,6 +19,7 @@ import redis
 from celery.beat import PersistentScheduler
 
 from agentworker.settings import Settings
+from runner_core.errors import StoreUnavailableError
 from stores.redis.connection import make_client
 
 log = logging.getLogger("agentworker.beat")
@@ -61,19 +62,21 @@ def sweep_started(settings: Settings) -> None:
     """Called first by the sweep task: clear the pending mark (best effort, it expires)."""
     try:
         gate_for(settings).release()
-    except redis.RedisError as exc:
+    except (redis.RedisError, StoreUnavailableError) as exc:
         log.warning("sweep: could not clear the pending mark (%s); it expires by itself", exc)
 
 
 class SweepScheduler(PersistentScheduler):  # type: ignore[misc]
     """Celery's persistent scheduler that never queues a sweep behind a waiting one.
 
-    Set as ``beat_scheduler``; every other schedule entry is sent as usual.
+    Set as ``beat_scheduler``; every other schedule entry is sent as usual. The gate's
+    client is built at the first sweep, not at start: a cluster client reads the slot map
+    when built, and beat must start (and send its other entries) while no node answers.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         settings = Settings()
-        self.gate = gate_for(settings)
+        self.settings = settings
         self.sweep_queue = settings.sweep_queue
         self._store_down = False
         self._stuck = False
@@ -113,10 +116,15 @@ class SweepScheduler(PersistentScheduler):  # type: ignore[misc]
         )
         self._stuck = True
 
+    @property
+    def gate(self) -> SweepGate:
+        """The pending mark (built on first use; raises while a cluster is unreachable)."""
+        return gate_for(self.settings)
+
     def _acquire(self) -> bool:
         try:
             acquired = self.gate.acquire()
-        except redis.RedisError as exc:
+        except (redis.RedisError, StoreUnavailableError) as exc:
             if not self._store_down:
                 log.warning("beat: Redis unreachable (%s): no sweep until it is back", exc)
             self._store_down = True
@@ -129,5 +137,5 @@ class SweepScheduler(PersistentScheduler):  # type: ignore[misc]
     def _release(self) -> None:
         try:
             self.gate.release()
-        except redis.RedisError:
+        except (redis.RedisError, StoreUnavailableError):
             pass  # the mark expires by itself

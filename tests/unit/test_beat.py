@@ -18,6 +18,7 @@ from agentworker.beat import SWEEP_TASK, SweepScheduler, sweep_started
 from agentworker.celery_app import create_app
 from agentworker.settings import Settings
 from examples.local import RedisServer, free_port
+from examples.local_cluster import LocalCluster
 
 pytestmark = [
     pytest.mark.redis,
@@ -143,3 +144,24 @@ def test_an_unreachable_store_sends_no_sweep(
         assert broker_len(server, settings.sweep_queue) == 0
     finally:
         s.close()
+
+
+def test_beat_starts_while_no_cluster_node_answers_and_sweeps_once_the_cluster_is_up(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: RedisServer
+) -> None:
+    # Given a store URL of a Redis Cluster none of whose nodes is up yet
+    cluster = LocalCluster(tmp_path / "cluster")
+    monkeypatch.setenv("AGENTWORKER_REDIS_URL", cluster.url)
+    app: Celery = create_app(Settings())
+    # When beat starts: it starts, and sends no sweep while the cluster is down
+    s = SweepScheduler(app, schedule_filename=str(tmp_path / "schedule"))
+    try:
+        s.apply_entry(sweep_entry(s), producer=s.producer)
+        assert broker_len(server, settings.sweep_queue) == 0
+        # Then once the cluster is up, the next tick sends the sweep
+        cluster.start()
+        s.apply_entry(sweep_entry(s), producer=s.producer)
+        assert broker_len(server, settings.sweep_queue) == 1
+    finally:
+        s.close()
+        cluster.stop()
