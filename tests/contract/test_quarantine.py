@@ -21,7 +21,14 @@ def runner_on(store: RedisAgentTurnStore, sent: list[str]) -> AgentRunner:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("body", "{not json"), ("st", "BOGUS"), ("sv", "99")],
+    [
+        ("body", "{not json"),
+        ("body", '{"schema_version":7}'),
+        # passes the claim script's quick look: the worker's parse finds it
+        ("body", '{"schema_version":1,"id":"x","nonsense":true}'),
+        ("st", "BOGUS"),
+        ("sv", "99"),
+    ],
 )
 def test_a_corrupt_turn_is_quarantined_once_and_never_sent_again(
     redis_store: RedisAgentTurnStore, caplog: pytest.LogCaptureFixture, field: str, value: str
