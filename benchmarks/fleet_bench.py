@@ -10,7 +10,8 @@ Measured side by side in one run (the machine's noise hits both sides alike):
 3. Scaling: steps per second with 1, then 2 worker processes. Target >= 1.7x. Raw Celery's
    own scaling in the same run is printed beside it: on a small machine the store, the
    broker and the producer share the cores with the workers and cap both. Then the same
-   with tools that wait 5 ms (as calls to other services do), which the cores do not cap.
+   with one step per message, and with tools that wait 5 ms (as calls to other services
+   do), which the cores do not cap.
 4. Fan-in: a parent with 100 parallel children; the delay between the last child ending and
    the parent's next step starting. Target <= 50 ms.
 5. Worker RSS over many one-step turns (``--rss-turns``, 10,000 by default): the resident
@@ -359,7 +360,11 @@ def main() -> None:
         # the same workers with one step per message: what chaining adds
         single = Fleet({**env, "AGENTWORKER_STEP_CHAIN_SECONDS": "0"}, workdir / "logs-single")
         fleet = single
-        for i in range(args.workers):
+        single.start_worker("single1")
+        single.wait_ready()
+        agent_steps(runner, 5)
+        [steps_s1] = best_of(args.rounds, steps)
+        for i in range(1, args.workers):
             single.start_worker(f"single{i + 1}")
         single.wait_ready()
         agent_steps(runner, 5)
@@ -383,6 +388,10 @@ def main() -> None:
             f"  scaling 1 -> {n} workers:    {steps_1:8.0f} -> {steps_n:.0f} steps/s "
             f"= x{steps_n / steps_1:.2f}   (target >= x1.7 for 2); raw Celery in the same "
             f"run: {noop_1:.0f} -> {noop_n:.0f} tasks/s = x{noop_n / noop_1:.2f}"
+        )
+        print(
+            f"  scaling 1 -> {n} workers, one step per message: {steps_s1:.0f} -> "
+            f"{steps_s:.0f} steps/s = x{steps_s / steps_s1:.2f}"
         )
         print(
             f"  scaling 1 -> {n} workers, tools that wait 5 ms (I/O, not CPU): {waits_1:.0f} -> "

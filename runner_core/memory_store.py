@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from runner_core.errors import (
@@ -257,8 +258,24 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         status: AgentTurnStatus | None = None,
         root_turn_id: str | None = None,
         limit: int = 100,
+        *,
+        before: tuple[float, str] | None = None,
     ) -> list[TurnListing]:
-        """Stored turns, newest first: all, one status, or one turn tree (as the Redis store)."""
+        """Stored turns, newest first: all, one status, or one turn tree (as the Redis store).
+
+        Newest first is by (created at, turn id); ``before`` lists only the turns older than
+        that position (the last one of a previous page).
+        """
+        return list(itertools.islice(self.iter_turns(status, root_turn_id, before=before), limit))
+
+    def iter_turns(
+        self,
+        status: AgentTurnStatus | None = None,
+        root_turn_id: str | None = None,
+        *,
+        before: tuple[float, str] | None = None,
+    ) -> Iterator[TurnListing]:
+        """``list_turns`` without a limit."""
         with self._lock:
             headers = [r.header for r in self._records.values()]
         found = [
@@ -277,9 +294,10 @@ class InMemoryAgentTurnStore(MemoryWakeups):
             for h in headers
             if (status is None or h.status is status)
             and (root_turn_id is None or h.root_turn_id == root_turn_id)
+            and (before is None or (h.created_at, h.id) < before)
         ]
-        found.sort(key=lambda t: t.created_at, reverse=True)
-        return found[:limit]
+        found.sort(key=lambda t: (t.created_at, t.turn_id), reverse=True)
+        yield from found
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first."""

@@ -1,9 +1,10 @@
 """``GET /turns``: filters, newest first, and an opaque cursor for the next page.
 
 The store's ``list_turns`` gives what it can filter cheaply (status, tree, agent,
-conversation, times, parent); the tenant lives in a turn's metadata, so a page's candidates
-are loaded one by one until the page is full. A listing looks at most ``SCAN_CAP`` turns of
-the store: its newest (the Redis store reads the trees with the newest creations first).
+conversation, times, parent), newest first from a position (the cursor); the tenant lives
+in a turn's metadata, so a page's candidates are loaded one by one until the page is full.
+A page looks at ``SCAN_CAP`` turns at most, and comes back short (with a cursor to go on)
+when its filters matched too few of them: every turn of the store can be reached.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from agentworker.http.errors import ApiError
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, TurnNotFoundError
 from runner_core.store import TurnListing
 
+#: Turns one page looks at, at most (a page whose filters match fewer comes back short).
 SCAN_CAP = 10_000
 
 
@@ -98,30 +100,50 @@ def list_page(
     tenant: str | None,
     load: Callable[[str], AgentTurnSnapshot],
 ) -> Page:
-    """A page of turns, newest first; ``tenant`` None sees every tenant."""
-    lister = getattr(store, "list_turns", None)
-    if lister is None:
+    """A page of turns, newest first; ``tenant`` None sees every tenant.
+
+    Walks the store's listing (``iter_turns``) from the cursor on. A page looks at
+    ``SCAN_CAP`` turns at most: if its filters matched too few of them, it comes back short,
+    with a cursor from where it stopped.
+    """
+    walk = getattr(store, "iter_turns", None)
+    if walk is None:
         raise ApiError(422, f"{type(store).__name__} cannot list turns")
-    listed: Iterable[TurnListing] = lister(
-        status=query.status, root_turn_id=query.tree, limit=SCAN_CAP
-    )
-    ordered = sorted(
-        (t for t in listed if query.keeps(t)),
-        key=lambda t: (t.created_at, t.turn_id),
-        reverse=True,
-    )
-    if query.cursor is not None:
-        position = decode_cursor(query.cursor)
-        ordered = [t for t in ordered if (t.created_at, t.turn_id) < position]
+    position = decode_cursor(query.cursor) if query.cursor is not None else None
+    if query.created_before is not None:
+        start = (query.created_before, "")  # older than created_before, whatever the id
+        position = start if position is None else min(position, start)
     page: list[AgentTurnSnapshot] = []
-    for entry in ordered:
+    listed: Iterator[TurnListing] = walk(
+        status=query.status, root_turn_id=query.tree, before=position
+    )
+    for looked, entry in enumerate(listed):
         if len(page) == query.limit:
-            last = page[-1]
-            return Page(page, encode_cursor(last.created_at, last.id))
-        try:
-            snapshot = load(entry.turn_id)
-        except TurnNotFoundError:
-            continue  # expired meanwhile
-        if tenant is None or snapshot.metadata.get("tenant_id") == tenant:
+            return Page(page, encode_cursor(page[-1].created_at, page[-1].id))
+        if query.created_after is not None and entry.created_at < query.created_after:
+            break  # newest first: nothing older can match
+        if looked == SCAN_CAP:
+            return Page(page, encode_cursor(*position)) if position else Page(page, None)
+        position = (entry.created_at, entry.turn_id)
+        snapshot = _matching(entry, query, tenant, load)
+        if snapshot is not None:
             page.append(snapshot)
     return Page(page, None)
+
+
+def _matching(
+    entry: TurnListing,
+    query: ListQuery,
+    tenant: str | None,
+    load: Callable[[str], AgentTurnSnapshot],
+) -> AgentTurnSnapshot | None:
+    """The listed turn's snapshot if it passes the query and belongs to ``tenant``."""
+    if not query.keeps(entry):
+        return None
+    try:
+        snapshot = load(entry.turn_id)
+    except TurnNotFoundError:
+        return None  # expired meanwhile
+    if tenant is None or snapshot.metadata.get("tenant_id") == tenant:
+        return snapshot
+    return None

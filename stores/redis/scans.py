@@ -10,8 +10,10 @@ their cost grows with the number of live (resp. retained) turn trees, which is w
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
@@ -32,6 +34,21 @@ HOLD = 30.0
 """Seconds a tag being read is out of the due index's reach (see ``Scanner.collect``)."""
 
 Candidate = tuple[float, str, str]  # (runnable since, tag, turn id)
+
+
+def _position(summary: TurnSummary) -> tuple[float, str]:
+    """Where a turn stands in a listing (newest first is this, descending)."""
+    return (summary.created_at, summary.turn_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Newest:
+    """A heap entry: the newest turn is the smallest."""
+
+    summary: TurnSummary
+
+    def __lt__(self, other: _Newest) -> bool:
+        return _position(self.summary) > _position(other.summary)
 
 
 def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
@@ -175,39 +192,72 @@ class Scanner:
                 break
         return found[:limit]
 
-    def summaries(
+    def newest_tags(self, keys: Sequence[str], page: int = 1000) -> Iterator[tuple[str, float]]:
+        """(tag, its last turn creation) of a bucketed global set, newest first, read lazily.
+
+        The first ``page`` entries of every bucket come in one round trip, each further page
+        of a bucket in one more, when the walk gets there.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.zrevrange(key, 0, page - 1, withscores=True)
+        firsts = pipe.execute()
+
+        def bucket(key: str, entries: list[Any]) -> Iterator[tuple[str, float]]:
+            offset = 0
+            while entries:
+                yield from ((text(raw), float(score)) for raw, score in entries)
+                if len(entries) < page:
+                    return
+                offset += page
+                entries = self.redis.zrevrange(key, offset, offset + page - 1, withscores=True)
+
+        buckets = [bucket(k, first) for k, first in zip(keys, firsts, strict=True)]
+        seen: set[str] = set()
+        for tag, score in heapq.merge(*buckets, key=lambda entry: entry[1], reverse=True):
+            if tag not in seen:  # in a bucket and the legacy key: its newest score came first
+                seen.add(tag)
+                yield tag, score
+
+    def newest_turns(
         self,
-        tags: Sequence[tuple[str, float]],
+        tags: Iterator[tuple[str, float]],
         status: AgentTurnStatus | None,
         root: str | None,
-        limit: int,
-    ) -> list[TurnSummary]:
-        """Summaries of the turns of ``tags``, filtered, newest first.
+        before: tuple[float, str] | None = None,
+    ) -> Iterator[TurnSummary]:
+        """The turns of ``tags``, filtered, newest first, read as far as they are taken.
 
-        ``tags``: (tag, when its newest turn was created), as the partition sets score
-        them. They are read newest first, until ``limit`` turns were found that are newer
-        than anything the tags left could hold (``CLOCK_SLACK`` for the clocks of the
-        processes that created them).
+        ``tags``: (tag, when its newest turn was created), newest first. A turn found is
+        given out once no tag left can hold a newer one: once it is newer than the next
+        tag's score (plus ``CLOCK_SLACK`` for the clocks of the processes that created
+        them). Newest first is by (created at, turn id); ``before`` keeps only the turns
+        older than that position.
         """
-        found: list[TurnSummary] = []
-        newest_first = sorted(tags, key=lambda entry: entry[1], reverse=True)
-        for batch in _chunks(newest_first):
-            if len(found) >= limit:
-                found.sort(key=lambda s: s.created_at, reverse=True)
-                if batch[0][1] + CLOCK_SLACK < found[limit - 1].created_at:
-                    break
-            ids = self._ids([tag for tag, _ in batch], status)
-            pipe = self.redis.pipeline(transaction=False)
-            for tag, turn_id in ids:
-                pipe.hmget(self.keys.header(tag, turn_id), *SUMMARY_FIELDS)
-            for (_, turn_id), values in zip(ids, pipe.execute(), strict=True):
-                summary = TurnSummary.of(turn_id, values)
-                if summary is None or (status is not None and summary.status is not status):
+        found: list[_Newest] = []
+        while batch := list(itertools.islice(tags, BATCH)):
+            bound = batch[0][1] + CLOCK_SLACK
+            while found and found[0].summary.created_at > bound:
+                yield heapq.heappop(found).summary
+            for summary in self._summaries([tag for tag, _ in batch], status):
+                if before is not None and _position(summary) >= before:
                     continue
                 if root is None or summary.root_turn_id == root:
-                    found.append(summary)
-        found.sort(key=lambda s: s.created_at, reverse=True)
-        return found[:limit]
+                    heapq.heappush(found, _Newest(summary))
+        while found:
+            yield heapq.heappop(found).summary
+
+    def _summaries(
+        self, tags: Sequence[str], status: AgentTurnStatus | None
+    ) -> Iterator[TurnSummary]:
+        ids = self._ids(tags, status)
+        pipe = self.redis.pipeline(transaction=False)
+        for tag, turn_id in ids:
+            pipe.hmget(self.keys.header(tag, turn_id), *SUMMARY_FIELDS)
+        for (_, turn_id), values in zip(ids, pipe.execute(), strict=True):
+            summary = TurnSummary.of(turn_id, values)
+            if summary is not None and (status is None or summary.status is status):
+                yield summary
 
     def _ids(self, tags: Sequence[str], status: AgentTurnStatus | None) -> list[tuple[str, str]]:
         sets = []

@@ -24,7 +24,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from redis import Redis
 
@@ -370,19 +370,39 @@ class RedisAgentTurnStore:
         status: AgentTurnStatus | None = None,
         root_turn_id: str | None = None,
         limit: int = 100,
+        *,
+        before: tuple[float, str] | None = None,
     ) -> list[TurnSummary]:
-        """Summaries of stored turns, newest first: all, one status, or one turn tree."""
+        """Summaries of stored turns, newest first: all, one status, or one turn tree.
+
+        Newest first is by (created at, turn id); ``before`` lists only the turns older than
+        that position (the last one of a previous page). See ``iter_turns``.
+        """
+        return list(itertools.islice(self.iter_turns(status, root_turn_id, before=before), limit))
+
+    def iter_turns(
+        self,
+        status: AgentTurnStatus | None = None,
+        root_turn_id: str | None = None,
+        *,
+        before: tuple[float, str] | None = None,
+    ) -> Iterator[TurnSummary]:
+        """``list_turns`` without a limit: read from Redis as far as it is taken.
+
+        The turn trees are read newest first (by their newest creation), in batches: a
+        listing of the newest few costs a few batches, whatever the store holds.
+        """
         with self.guard:
             if root_turn_id is not None:
                 try:
-                    tags = [(self.tag_of(root_turn_id), float("inf"))]
+                    tags = iter([(self.tag_of(root_turn_id), float("inf"))])
                 except TurnNotFoundError:
-                    return []
+                    return
             elif status is not None and not status.is_terminal:
-                tags = self.scanner.scored_tags(self.keys.all_partitions())
+                tags = self.scanner.newest_tags(self.keys.all_partitions())
             else:
-                tags = self.scanner.scored_tags(self.keys.all_retained())
-            return self.scanner.summaries(tags, status, root_turn_id, limit)
+                tags = self.scanner.newest_tags(self.keys.all_retained())
+            yield from self.scanner.newest_turns(tags, status, root_turn_id, before)
 
     def expire_terminal(
         self,

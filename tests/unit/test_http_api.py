@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from agentworker.http import create_http_app
+from agentworker.http import create_http_app, listing
 from agentworker.http.openapi import TurnPage, TurnView, openapi_document
 from agentworker.settings import Settings
 from examples.local import RedisServer
@@ -79,6 +79,30 @@ def test_listing_pages_newest_first_with_a_cursor(http: TestClient) -> None:
         if cursor is None:
             break
     assert seen == list(reversed(ids))  # acme's five, newest first, none of globex's
+
+
+def test_a_tenant_whose_turns_are_older_than_a_page_can_look_at_reaches_them(
+    http: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given acme's three turns, then more of globex's than a page looks at
+    monkeypatch.setattr(listing, "SCAN_CAP", 10)
+    acme = [start(http)["id"] for _ in range(3)]
+    for _ in range(25):
+        start(http, "globex")
+
+    # When acme lists: the first pages come back short, each with a cursor to go on
+    seen, cursor, pages = [], None, 0
+    while True:
+        query = "/turns?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        page = http.get(query, headers=auth("acme")).json()
+        seen += [t["id"] for t in page["turns"]]
+        cursor, pages = page["next_cursor"], pages + 1
+        if cursor is None:
+            break
+
+    # Then every one of acme's turns is reached, newest first, once
+    assert seen == list(reversed(acme))
+    assert pages >= 3  # 25 of globex's at 10 a page before the first of acme's
 
 
 def test_listing_filters(http: TestClient, runner: AgentRunner) -> None:
