@@ -349,14 +349,15 @@ class WebhookListener:
     def notify(self, event: AgentEvent) -> int:
         """Record and hint each delivery this event needs; how many were new."""
         kind = EVENT_TYPES.get(event.type)
-        watched = event.type is AgentEventType.CANCELLATION_REQUESTED
-        if (kind is None and not watched) or event.provisional:
+        if event.provisional:
             return 0
         try:
-            if kind is None:
+            if event.type is AgentEventType.CANCELLATION_REQUESTED:
                 # The end may be committed here (an idle turn) and this process killed
                 # before its listeners: no step message would come back to catch it up
                 self.outbox.expect(event.turn_id)
+                return 0
+            if kind is None:
                 return 0
             new = self._notify(kind, event)
             if event.type is AgentEventType.TURN_CANCELLED:

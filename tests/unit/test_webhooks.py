@@ -18,7 +18,7 @@ from agentworker import webhooks
 from agentworker.settings import Settings
 from agentworker.stepping import step_once
 from examples.local import RedisServer
-from runner_core import AgentResumeCommand, AgentRunner, InMemoryAgentLoader
+from runner_core import AgentResumeCommand, AgentRunner, AgentTurn, InMemoryAgentLoader
 from stores import RedisAgentTurnStore
 from tests.unit.test_eventstream import approval_agent
 
@@ -273,6 +273,14 @@ def killed_before_listeners_of(event_type: str) -> Any:
     return listener
 
 
+def waiting_turn(settings: Settings, hints: list[str]) -> tuple[AgentRunner, AgentTurn]:
+    """A healthy worker, and a turn it parked for approval (its notification recorded)."""
+    _, healthy = two_workers(settings, hints)
+    turn = healthy.start("pay-agent", "pay 5")
+    assert step_once(healthy, turn.id, "w1", chain_seconds=60) == "WAITING_FOR_APPROVAL"
+    return healthy, turn
+
+
 def test_a_cancel_whose_process_died_before_its_listener_is_notified_by_the_sweep(
     server: RedisServer, receiver: Receiver
 ) -> None:
@@ -280,9 +288,7 @@ def test_a_cancel_whose_process_died_before_its_listener_is_notified_by_the_swee
     # commit that ends the turn and its webhook listener
     settings = settings_for(server, receiver.url)
     hints: list[str] = []
-    _, healthy = two_workers(settings, hints)
-    turn = healthy.start("pay-agent", "pay 5")
-    assert step_once(healthy, turn.id, "w1", chain_seconds=60) == "WAITING_FOR_APPROVAL"
+    healthy, turn = waiting_turn(settings, hints)
     canceller, _ = two_workers(settings, [])
     canceller.add_event_listener(killed_before_listeners_of("TURN_CANCELLED"))  # first
     canceller.add_event_listener(webhooks.listener_of(settings, canceller.store.load, hints.append))
@@ -311,9 +317,7 @@ def test_a_cancel_that_notified_leaves_nothing_for_the_sweep(
     # Given a turn waiting for approval, cancelled by a process that lives
     settings = settings_for(server, receiver.url)
     hints: list[str] = []
-    _, healthy = two_workers(settings, hints)
-    turn = healthy.start("pay-agent", "pay 5")
-    step_once(healthy, turn.id, "w1", chain_seconds=60)
+    healthy, turn = waiting_turn(settings, hints)
     healthy.cancel(turn.id)
     assert len(hints) == 2
 
