@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -348,13 +349,15 @@ class AgentRunner:
     # -- worker mode --------------------------------------------------------------------
     def claim(self, turn_id: str, worker_id: str) -> AgentTurn | None:
         """Lease one turn for ``worker_id``; None if it is not claimable now."""
+        since = time.monotonic()  # the lease runs from the clock reading sent, not the reply
         snapshot = self.store.claim(turn_id, worker_id, self.store.now(), self._lease_ms())
-        return self._held(snapshot) if snapshot is not None else None
+        return self._held(snapshot, since) if snapshot is not None else None
 
     def claim_runnable(self, worker_id: str, limit: int = 10) -> list[AgentTurn]:
         """Lease up to ``limit`` runnable turns."""
+        since = time.monotonic()
         snapshots = self.store.claim_runnable(worker_id, self.store.now(), self._lease_ms(), limit)
-        return [t for t in (self._held(s) for s in snapshots) if t is not None]
+        return [t for t in (self._held(s, since) for s in snapshots) if t is not None]
 
     def lease_seconds(self, snapshot: AgentTurnSnapshot) -> float:
         """The one lease length of a turn: the runner's, or longer if its policy asks.
@@ -388,10 +391,10 @@ class AgentRunner:
             log.warning("releasing lease of turn %s failed", turn.id, exc_info=True)
             return False
 
-    def _held(self, snapshot: AgentTurnSnapshot) -> AgentTurn | None:
+    def _held(self, snapshot: AgentTurnSnapshot, since: float) -> AgentTurn | None:
         lease = snapshot.lease
         assert lease is not None, "a claimed snapshot carries its lease"
-        held = HeldLease(self.store, snapshot.id, lease, self.policy.lease_seconds)
+        held = HeldLease(self.store, snapshot.id, lease, self.policy.lease_seconds, since)
         seconds = self.lease_seconds(snapshot)
         if seconds > held.seconds:  # the turn asks for longer: extend before any work
             held.seconds = seconds

@@ -35,21 +35,33 @@ class HeldLease:
     """A lease this process holds on one turn; ``check()`` before every side effect."""
 
     def __init__(
-        self, store: AgentTurnStore, turn_id: str, lease: LeaseInfo, seconds: float
+        self,
+        store: AgentTurnStore,
+        turn_id: str,
+        lease: LeaseInfo,
+        seconds: float,
+        since: float | None = None,
     ) -> None:
+        """``since``: the monotonic time just before the clock reading the claim sent.
+
+        The store dates the lease from that reading, so the lease is counted from it here
+        too: a claim that reached the store late holds a lease already partly spent.
+        """
+        since = time.monotonic() if since is None else since
         self.store = store
         self.turn_id = turn_id
         self.owner = lease.owner
         self.lease_id = lease.lease_id
         self.seconds = seconds
+        self.since = since
         self.lost = False
         #: Set by ``runner.step(turn, release=True)``: the step's last save releases.
         self.release_on_last_save = False
         self.released = False
         #: Until then the claim's own reading of the turn (cancel flag included) counts as
         #: the step-entry check, which saves a round trip when a step follows its claim.
-        self.fresh_until = time.monotonic() + FRESH_SECONDS
-        self._deadline = time.monotonic() + seconds * _SAFETY
+        self.fresh_until = since + FRESH_SECONDS
+        self._deadline = since + seconds * _SAFETY
 
     def ref(self) -> tuple[str, str]:
         """(worker id, lease id), as a store names a lease."""
@@ -118,7 +130,7 @@ class LeaseKeeper:
     def hold(self, lease: HeldLease) -> None:
         """Start renewing ``lease``."""
         with self._lock:
-            self._held[id(lease)] = (lease, time.monotonic() + lease.seconds / 3)
+            self._held[id(lease)] = (lease, lease.since + lease.seconds / 3)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
                 self._thread.start()
