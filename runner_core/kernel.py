@@ -12,7 +12,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from runner_core import tracing
 from runner_core.agent import AgentLoader
@@ -36,6 +36,7 @@ TERMINAL_EVENT = {
     AgentTurnStatus.BUDGET_EXCEEDED: AgentEventType.BUDGET_EXCEEDED,
 }
 
+T = TypeVar("T")
 AfterSave = Callable[[AgentTurn], None]
 OnTerminal = Callable[[AgentTurn, SaveResult], None]
 EventSpec = tuple[AgentEventType, dict[str, Any]]
@@ -110,8 +111,13 @@ class TurnKernel:
 
     # -- ownership --------------------------------------------------------------------------
     def control(self, turn: AgentTurn) -> TurnControl:
-        """Re-read the stored control fields; the cancel flag is merged into the turn."""
-        control = self.store.peek(turn.state.id)
+        """Re-read the stored control fields; the cancel flag is merged into the turn.
+
+        Ridden out like a commit while the store is unavailable: a peek follows a model
+        call whose answer is not saved yet, and giving up would throw that answer away.
+        """
+        turn_id = turn.state.id
+        control = self._patiently(turn, lambda: self.store.peek(turn_id))
         if control.cancel_requested:
             turn.state.cancel_requested = True
         return control
@@ -189,13 +195,20 @@ class TurnKernel:
     def _write(self, turn: AgentTurn, commit: Commit) -> SaveResult:
         """``store.commit``, again with the same request id while the store is unavailable.
 
-        A lease holder tries until its lease runs out (the write is idempotent by request
-        id, so a reply lost in a blip is answered by the replay); others try a few times.
+        The write is idempotent by request id: a reply lost in a blip is answered by the
+        replay.
+        """
+        return self._patiently(turn, lambda: self.store.commit(commit))
+
+    def _patiently(self, turn: AgentTurn, call: Callable[[], T]) -> T:
+        """``call()``, again while the store is unavailable.
+
+        A lease holder tries until its lease runs out, others a few times.
         """
         held = turn.held_lease
         for attempt in range(10_000):
             try:
-                return self.store.commit(commit)
+                return call()
             except StoreUnavailableError:
                 if held is None and attempt + 1 >= UNLEASED_TRIES:
                     raise

@@ -253,6 +253,52 @@ def test_a_blip_on_the_final_commit_is_ridden_out_without_a_second_tool_run(
     assert runner.claim(turn.id, "w2") is None
 
 
+class BlipOnPeek:
+    """A store whose ``peek`` fails ``times`` times once ``armed`` (Redis unreachable)."""
+
+    def __init__(self, inner: AgentTurnStore, times: int) -> None:
+        self.inner, self.times, self.armed = inner, times, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def peek(self, turn_id: str) -> Any:
+        if self.armed and self.times > 0:
+            self.times -= 1
+            raise StoreUnavailableError("redis://blip", ConnectionError("connection reset"))
+        return self.inner.peek(turn_id)
+
+
+@pytest.mark.parametrize("leased", [True, False])
+def test_a_blip_after_a_model_call_never_throws_the_paid_answer_away(
+    make_store: Callable[[], AgentTurnStore], leased: bool
+) -> None:
+    # Given a step whose model has answered, when the store blips at the cancel check that
+    # follows (a lease holder rides out a blip until its lease runs out, others a few tries)
+    asked: list[int] = []
+    blip = BlipOnPeek(make_store(), times=2)
+
+    def answer(request: ModelRequest) -> AiMessage:
+        asked.append(len(request.messages))
+        blip.armed = True
+        return AiMessage("done")
+
+    runner = AgentRunner(turn_store=blip, agent_loader=InMemoryAgentLoader())  # type: ignore[arg-type]
+    turn = runner.start(Agent("writer", FunctionModel(answer)), "write")
+    if leased:
+        held = runner.claim(turn.id, "w1")
+        assert held is not None
+        with runner.holding(held):
+            runner.step(held, release=True)
+    else:
+        runner.step(turn)
+
+    # Then the answer is saved from that one model call
+    stored = make_store().load(turn.id)
+    assert stored.status is S.COMPLETED and stored.final_output == "done"
+    assert asked == [1] and blip.times == 0
+
+
 def test_a_fenced_step_announces_nothing_it_did_not_commit(
     make_runner: Callable[..., AgentRunner], make_store: Callable[[], AgentTurnStore]
 ) -> None:
