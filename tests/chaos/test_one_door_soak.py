@@ -45,7 +45,9 @@ def test_thousands_of_schedules_keep_every_invariant(
 ) -> None:
     failures: list[str] = []
     for seed in range(10_000, 10_000 + SCHEDULES):
-        report, world, root, store = run_schedule(make_store, seed, crash_rate=0.03, blip_rate=0.05)
+        report, world, root, store = run_schedule(
+            make_store, seed, crash_rate=0.03, blip_rate=0.05, late_rate=0.03
+        )
         problems = check(report, world, root, store)
         if problems:
             failures.append(f"seed {seed}: {problems}\n{report.describe(10)}")

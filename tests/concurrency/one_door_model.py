@@ -2,8 +2,9 @@
 
 Two workers, a webhook that resumes, a canceller and a sweeper run against one turn tree
 on a shared store; a seeded scheduler interleaves them at every store call, and a fault
-policy kills workers (like SIGKILL) and drops Redis replies (a blip). After each schedule
-the invariants of DESIGN.md (8, 9) are checked against the store's own records.
+policy kills workers (like SIGKILL), drops Redis replies (a blip) and makes claims reach
+the store late. After each schedule the invariants of DESIGN.md (8, 9) are checked
+against the store's own records.
 """
 
 from __future__ import annotations
@@ -39,7 +40,15 @@ from runner_core import (
     tool,
 )
 from runner_core.events import TERMINAL_EVENTS, AgentEventType
-from tests.concurrency.scheduler import Crash, FailAfter, FailBefore, Fault, Report, Scheduler
+from tests.concurrency.scheduler import (
+    Crash,
+    Delay,
+    FailAfter,
+    FailBefore,
+    Fault,
+    Report,
+    Scheduler,
+)
 
 S = AgentTurnStatus
 E = AgentEventType
@@ -52,6 +61,7 @@ class World:
     """What the actors share: the tool ledger and the writes the store accepted."""
 
     runs: list[tuple[str, str, str]] = field(default_factory=list)  # call id, actor, outcome
+    asked: list[tuple[str, str]] = field(default_factory=list)  # model call, actor
     violations: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     actor: threading.local = field(default_factory=threading.local)
@@ -59,6 +69,13 @@ class World:
     def ran(self, call_id: str, outcome: str) -> None:
         with self.lock:
             self.runs.append((call_id, getattr(self.actor, "name", "?"), outcome))
+
+    def asking(self, agent: str, request: ModelRequest) -> None:
+        """Record a model call: one turn (its agent and input) at one point of its history."""
+        first = next(m for m in request.messages if isinstance(m, UserMessage))
+        key = f"{agent}({first.text!r}) after {len(request.messages)} messages"
+        with self.lock:
+            self.asked.append((key, getattr(self.actor, "name", "?")))
 
 
 class Audited:
@@ -107,6 +124,7 @@ def agents(world: World) -> list[Agent]:
         return f"refunded {amount}"
 
     def payer(request: ModelRequest) -> AiMessage:
+        world.asking("payer", request)
         done = sum(isinstance(m, ToolMessage) for m in request.messages)
         if done == 0:
             return AiMessage(tool_calls=[ToolCall(id="c1", name="charge", arguments={"amount": 5})])
@@ -118,11 +136,13 @@ def agents(world: World) -> list[Agent]:
     plan = ToolCall(id="p1", name="create_task_plan", arguments={"goal": "g", "tasks": tasks})
 
     def planner(request: ModelRequest) -> AiMessage:
+        world.asking("planner", request)
         if any(isinstance(m, ToolMessage) for m in request.messages):
             return AiMessage("the summary")
         return AiMessage(tool_calls=[plan])
 
     def helper(request: ModelRequest) -> AiMessage:
+        world.asking("helper", request)
         first = next(m for m in request.messages if isinstance(m, UserMessage))
         return AiMessage(f"checked: {len(first.text)}")
 
@@ -143,16 +163,25 @@ POLICY = AgentExecutionPolicy(
 )
 
 
+CLAIMS = ("store.claim", "store.claim_runnable")
+
+
 def faults(
-    crash_rate: float, blip_rate: float
+    crash_rate: float, blip_rate: float, late_rate: float
 ) -> Callable[[str, str, random.Random], Fault | None]:
-    """Workers die at store calls and lose replies; other actors only see blips."""
+    """Workers die at store calls and lose replies; other actors only see blips.
+
+    A worker's claim may also reach the store a lease's length after the worker read the
+    store clock for it (a pause between the two): the lease it gets is already spent.
+    """
 
     def policy(actor: str, label: str, rng: random.Random) -> Fault | None:
         if not label.startswith("store."):
             return None
         if actor in WORKERS and rng.random() < crash_rate:
             return Crash()
+        if actor in WORKERS and label in CLAIMS and rng.random() < late_rate:
+            return Delay(LEASE_SECONDS * 1.1)
         if rng.random() < blip_rate:
             blip = StoreUnavailableError("redis://blip", ConnectionError("blip"))
             return FailAfter(blip) if rng.random() < 0.5 else FailBefore(blip)
@@ -249,13 +278,17 @@ class Actors:
 
 
 def run_schedule(
-    make_store: Callable[[], AgentTurnStore], seed: int, crash_rate: float, blip_rate: float
+    make_store: Callable[[], AgentTurnStore],
+    seed: int,
+    crash_rate: float,
+    blip_rate: float,
+    late_rate: float = 0.0,
 ) -> tuple[Report, World, str, AgentTurnStore]:
     """One schedule: start a turn, let the actors loose, then take the tree to its end."""
     rng = random.Random(seed)
     world = World()
     loader = InMemoryAgentLoader(agents(world))
-    sched = Scheduler(seed, faults=faults(crash_rate, blip_rate))
+    sched = Scheduler(seed, faults=faults(crash_rate, blip_rate, late_rate))
     plain = make_store()
     starter = AgentRunner(turn_store=plain, agent_loader=loader, policy=POLICY)
     kind = rng.choice(["payer", "planner"])
@@ -300,15 +333,19 @@ def finish(store: AgentTurnStore, loader: InMemoryAgentLoader, root: str) -> Non
 def check(report: Report, world: World, root: str, store: AgentTurnStore) -> list[str]:
     """Every invariant; the list of what broke (empty when all hold)."""
     problems = list(world.violations)
-    # no tool call runs twice unless the process running it died before its result was saved
+    # no tool call runs twice, and no model is asked the same thing twice, unless the
+    # process doing it died (or the run stopped it) before the result was saved
     ok: dict[str, list[str]] = {}
     for call_id, actor, outcome in world.runs:
         if outcome == "ok":
-            ok.setdefault(call_id, []).append(actor)
-    for call_id, actors in ok.items():
+            ok.setdefault(f"tool call {call_id}", []).append(actor)
+    for key, actor in world.asked:
+        ok.setdefault(f"model call {key}", []).append(actor)
+    for what, actors in ok.items():
+        gone = set(actors) & report.crashed
         survivors = [a for a in actors if a not in report.crashed]
-        if len(survivors) > 1 or len(actors) > 1 + len(set(actors) & report.crashed):
-            problems.append(f"tool call {call_id} ran {len(actors)} times: {actors}")
+        if not report.stopped and (len(survivors) > 1 or len(actors) > 1 + len(gone)):
+            problems.append(f"{what} ran {len(actors)} times: {actors}")
     # committed events: once each, numbered 1..n per turn; one terminal event per ended turn
     log = store.read_events(root)
     ids = [e.event_id for e in log]

@@ -44,7 +44,18 @@ class FailAfter:
     exc: BaseException
 
 
-Fault = Crash | FailBefore | FailAfter
+@dataclass(frozen=True)
+class Delay:
+    """Fault: the call reaches its target ``seconds`` late (a pause, a slow network).
+
+    The actor keeps its turn while it waits: real time passes (leases run out), nobody
+    else runs in between.
+    """
+
+    seconds: float
+
+
+Fault = Crash | FailBefore | FailAfter | Delay
 FaultPolicy = Callable[[str, str, random.Random], Fault | None]
 ErrorEntry = tuple[str, BaseException, str]
 
@@ -116,9 +127,11 @@ class Scheduler:
         return cast(T, _Proxy(self, obj, name))
 
     def point(self, label: str) -> None:
-        """A yield point: another actor may run now; FailBefore/FailAfter raise here."""
+        """A yield point: another actor may run now; FailBefore/FailAfter raise, Delay waits."""
         fault = self._yield(label)
-        if isinstance(fault, FailBefore | FailAfter):
+        if isinstance(fault, Delay):
+            time.sleep(fault.seconds)
+        elif isinstance(fault, FailBefore | FailAfter):
             raise fault.exc
 
     def sleep(self, seconds: float) -> None:
@@ -135,6 +148,8 @@ class Scheduler:
         fault = self._yield(label)
         if isinstance(fault, FailBefore):
             raise fault.exc
+        if isinstance(fault, Delay):
+            time.sleep(fault.seconds)
         result = fn(*args, **kwargs)
         if isinstance(fault, FailAfter):
             raise fault.exc

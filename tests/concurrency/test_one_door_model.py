@@ -19,6 +19,8 @@ def test_the_one_door_invariants_hold_under_every_interleaving(
 ) -> None:
     per_block = max(1, SCHEDULES // 4)
     for seed in range(block * per_block, (block + 1) * per_block):
-        report, world, root, store = run_schedule(make_store, seed, crash_rate=0.01, blip_rate=0.02)
+        report, world, root, store = run_schedule(
+            make_store, seed, crash_rate=0.01, blip_rate=0.02, late_rate=0.02
+        )
         problems = check(report, world, root, store)
         assert not problems, f"{store_kind} seed {seed}: {problems}\n{report.describe()}"

@@ -11,6 +11,7 @@ import pytest
 from tests.concurrency.scheduler import (
     Crash,
     Crashed,
+    Delay,
     FailAfter,
     FailBefore,
     Fault,
@@ -174,6 +175,42 @@ def test_fail_before_does_not_call_and_fail_after_does() -> None:
     assert "incr" not in raw.calls
     assert raw.calls == ["set"] and raw.value == 41
     assert set(caught) == {"before", "after"}
+
+
+def test_delay_makes_the_call_late_while_nobody_else_runs() -> None:
+    def policy(name: str, label: str, rng: random.Random) -> Fault | None:
+        return Delay(0.2) if (name, label) == ("a", "counter.set") else None
+
+    class Timed(Counter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.at: list[tuple[str, float]] = []
+
+        def _enter(self, name: str) -> None:
+            self.at.append((name, time.monotonic()))
+            super()._enter(name)
+
+    sched = Scheduler(3, faults=policy)
+    raw = Timed()
+    counter = sched.wrap(raw, name="counter")
+    asked: list[float] = []
+
+    def a() -> None:
+        asked.append(time.monotonic())
+        counter.set(7)
+
+    def b() -> None:
+        for _ in range(5):
+            counter.incr()
+
+    sched.spawn("a", a)
+    sched.spawn("b", b)
+    sched.run()
+    set_at = next(t for name, t in raw.at if name == "set")
+    assert set_at - asked[0] >= 0.2  # the call reached its target late
+    assert raw.calls.count("incr") == 5
+    # a kept its turn while it waited: no call of b's landed in those 0.2 s
+    assert not [t for name, t in raw.at if name == "incr" and set_at - 0.2 < t < set_at]
 
 
 def test_uncaught_actor_error_is_reported_with_actor_and_seed() -> None:
