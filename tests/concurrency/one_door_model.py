@@ -23,6 +23,7 @@ from runner_core import (
     AgentResumeCommand,
     AgentRunner,
     AgentToolContext,
+    AgentTurn,
     AgentTurnOptions,
     AgentTurnStatus,
     AgentTurnStore,
@@ -31,7 +32,9 @@ from runner_core import (
     Commit,
     FunctionModel,
     InMemoryAgentLoader,
+    Middleware,
     ModelRequest,
+    ModelResponse,
     RetryPolicy,
     StoreUnavailableError,
     ToolCall,
@@ -70,12 +73,24 @@ class World:
         with self.lock:
             self.runs.append((call_id, getattr(self.actor, "name", "?"), outcome))
 
-    def asking(self, agent: str, request: ModelRequest) -> None:
-        """Record a model call: one turn (its agent and input) at one point of its history."""
-        first = next(m for m in request.messages if isinstance(m, UserMessage))
-        key = f"{agent}({first.text!r}) after {len(request.messages)} messages"
-        with self.lock:
-            self.asked.append((key, getattr(self.actor, "name", "?")))
+
+class Asked(Middleware):
+    """Records every model call: one turn at one point of its history."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def wrap_model(
+        self,
+        turn: AgentTurn,
+        request: ModelRequest,
+        call_next: Callable[[ModelRequest], ModelResponse],
+    ) -> ModelResponse:
+        world = self.world
+        key = f"{turn.state.agent_id} {turn.state.id} after {len(request.messages)} messages"
+        with world.lock:
+            world.asked.append((key, getattr(world.actor, "name", "?")))
+        return call_next(request)
 
 
 class Audited:
@@ -124,7 +139,6 @@ def agents(world: World) -> list[Agent]:
         return f"refunded {amount}"
 
     def payer(request: ModelRequest) -> AiMessage:
-        world.asking("payer", request)
         done = sum(isinstance(m, ToolMessage) for m in request.messages)
         if done == 0:
             return AiMessage(tool_calls=[ToolCall(id="c1", name="charge", arguments={"amount": 5})])
@@ -136,25 +150,25 @@ def agents(world: World) -> list[Agent]:
     plan = ToolCall(id="p1", name="create_task_plan", arguments={"goal": "g", "tasks": tasks})
 
     def planner(request: ModelRequest) -> AiMessage:
-        world.asking("planner", request)
         if any(isinstance(m, ToolMessage) for m in request.messages):
             return AiMessage("the summary")
         return AiMessage(tool_calls=[plan])
 
     def helper(request: ModelRequest) -> AiMessage:
-        world.asking("helper", request)
         first = next(m for m in request.messages if isinstance(m, UserMessage))
         return AiMessage(f"checked: {len(first.text)}")
 
+    asked = [Asked(world)]
     return [
-        Agent("payer", FunctionModel(payer), tools=[charge, refund]),
+        Agent("payer", FunctionModel(payer), tools=[charge, refund], middleware=asked),
         Agent(
             "planner",
             FunctionModel(planner),
             sub_agents=["helper"],
             planning=AgentPlanningPolicy(),
+            middleware=asked,
         ),
-        Agent("helper", FunctionModel(helper)),
+        Agent("helper", FunctionModel(helper), middleware=asked),
     ]
 
 
