@@ -368,9 +368,9 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         s = commit.snapshot
         was_terminal = record is not None and record.header.status.is_terminal
         record = self._write(s, record)
-        for child in commit.children:
-            self._write(child, None)
         h = record.header
+        for child in commit.children:  # a parent's cancel flag, set before this write landed,
+            self._write(child, None, h if h.cancel_requested else None)  # covers these too
         first = self._log(h, commit.events)
         released = False
         if commit.release and commit.lease is not None:
@@ -421,11 +421,18 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         parent = self._records.get(h.parent_turn_id)
         return parent.header.lease if parent is not None else None
 
-    def _write(self, snapshot: AgentTurnSnapshot, record: _Record | None) -> _Record:
+    def _write(
+        self,
+        snapshot: AgentTurnSnapshot,
+        record: _Record | None,
+        cancelled_parent: AgentTurnSnapshot | None = None,
+    ) -> _Record:
         results: dict[str, ChildResult] = {}
         if record is None:
             version, cancel, lease, messages = 0, snapshot.cancel_requested, None, []
             reason, sequence = snapshot.cancel_reason, 0
+            if cancelled_parent is not None:
+                cancel, reason = True, reason or cancelled_parent.cancel_reason
         else:
             h = record.header
             version = h.version + 1

@@ -71,7 +71,16 @@ for i = 1, tonumber(ARGV[2]) do
 end
 
 local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[9]}, b, (not creating) and prev or nil, rid, now)
-for _, c in ipairs(children) do write(T, c[2], c[1], nil, rid, now) end
+-- a cancel request that reached the parent before this write covers its new children too
+-- (the request's cascade listed the tree's turns before they existed)
+local reason = redis.call('HGET', KEYS[7], 'cr') or ''
+for _, c in ipairs(children) do
+  if cx == '1' then
+    c[1].cx = '1'
+    if falsy(c[1].cr) then c[1].cr = reason end
+  end
+  write(T, c[2], c[1], nil, rid, now)
+end
 
 local released = '0'
 if ARGV[5] == '1' and worker ~= '' then

@@ -64,7 +64,7 @@ class World:
     """What the actors share: the tool ledger and the writes the store accepted."""
 
     runs: list[tuple[str, str, str]] = field(default_factory=list)  # call id, actor, outcome
-    asked: list[tuple[str, str]] = field(default_factory=list)  # model call, actor
+    asked: list[tuple[str, str]] = field(default_factory=list)  # model call, lease id
     violations: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     actor: threading.local = field(default_factory=threading.local)
@@ -88,8 +88,9 @@ class Asked(Middleware):
     ) -> ModelResponse:
         world = self.world
         key = f"{turn.state.agent_id} {turn.state.id} after {len(request.messages)} messages"
+        held = turn.held_lease
         with world.lock:
-            world.asked.append((key, getattr(world.actor, "name", "?")))
+            world.asked.append((key, held.lease_id if held is not None else "-"))
         return call_next(request)
 
 
@@ -347,19 +348,21 @@ def finish(store: AgentTurnStore, loader: InMemoryAgentLoader, root: str) -> Non
 def check(report: Report, world: World, root: str, store: AgentTurnStore) -> list[str]:
     """Every invariant; the list of what broke (empty when all hold)."""
     problems = list(world.violations)
-    # no tool call runs twice, and no model is asked the same thing twice, unless the
-    # process doing it died (or the run stopped it) before the result was saved
+    # no tool call runs twice unless the process running it died before its result was saved
     ok: dict[str, list[str]] = {}
     for call_id, actor, outcome in world.runs:
         if outcome == "ok":
-            ok.setdefault(f"tool call {call_id}", []).append(actor)
-    for key, actor in world.asked:
-        ok.setdefault(f"model call {key}", []).append(actor)
-    for what, actors in ok.items():
-        gone = set(actors) & report.crashed
+            ok.setdefault(call_id, []).append(actor)
+    for call_id, actors in ok.items():
         survivors = [a for a in actors if a not in report.crashed]
-        if not report.stopped and (len(survivors) > 1 or len(actors) > 1 + len(gone)):
-            problems.append(f"{what} ran {len(actors)} times: {actors}")
+        if len(survivors) > 1 or len(actors) > 1 + len(set(actors) & report.crashed):
+            problems.append(f"tool call {call_id} ran {len(actors)} times: {actors}")
+    # one holding of a lease never asks the model the same thing twice (a blip, say, must
+    # not throw a paid answer away); under a new lease it may, once the old one ran out
+    asked = [(key, lease) for key, lease in world.asked if lease != "-"]
+    for key, lease in set(asked):
+        if asked.count((key, lease)) > 1:
+            problems.append(f"model call {key} made twice under lease {lease}")
     # committed events: once each, numbered 1..n per turn; one terminal event per ended turn
     log = store.read_events(root)
     ids = [e.event_id for e in log]

@@ -19,6 +19,7 @@ from runner_core import (
     AgentEvent,
     AgentEventType,
     AgentExecutionPolicy,
+    AgentPlanningPolicy,
     AgentResumeCommand,
     AgentRunner,
     AgentTurnOptions,
@@ -210,6 +211,96 @@ def test_a_hundred_children_ending_together_wake_their_parent_once(
     owner.status, owner.suspension = S.RUNNING, None
     lease = (owner.lease.owner, owner.lease.lease_id)
     assert store.commit(Commit(owner, owner.version, "o1", lease)).version == owner.version + 1
+
+
+def test_children_written_after_a_cancel_request_are_born_with_it(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    # Given a parent whose cancel flag was set while its owner was still in its step
+    store = make_store()
+    parent = snap()
+    store.save(parent, -1)
+    owner = store.claim(parent.id, "owner", store.now(), 60_000)
+    assert owner is not None and owner.lease is not None
+    store.request_cancellation(parent.id, "stop it")
+
+    # When the owner's commit creates children (it read the turn before the flag was set)
+    kids = [child_of(parent) for _ in range(2)]
+    waiting_for(owner, *kids)
+    lease = (owner.lease.owner, owner.lease.lease_id)
+    result = store.commit(Commit(owner, owner.version, "c1", lease, children=tuple(kids)))
+
+    # Then the children carry the flag and its reason from birth, as the parent does
+    assert result.cancel_requested
+    for kid in kids:
+        stored = store.load(kid.id)
+        assert (stored.cancel_requested, stored.cancel_reason) == (True, "stop it")
+        assert store.peek(kid.id).cancel_requested
+
+
+class CancelBeforeSpawn:
+    """A store in which a cancel of the turn lands just before the commit creating children."""
+
+    def __init__(self, inner: AgentTurnStore, canceller: AgentRunner) -> None:
+        self.inner, self.canceller, self.fired = inner, canceller, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def commit(self, commit: Commit) -> Any:
+        if commit.children and not self.fired:
+            self.fired = True
+            turn_id = commit.snapshot.id
+            assert self.canceller.store.children_of(turn_id) == []
+            self.canceller.cancel(turn_id, "changed my mind")  # under the worker's lease
+        return self.inner.commit(commit)
+
+
+def test_a_cancel_that_overtakes_the_step_spawning_children_cancels_them_too(
+    make_runner: Callable[..., AgentRunner], make_store: Callable[[], AgentTurnStore]
+) -> None:
+    # Given a planner whose plan is being made into child turns when a cancel arrives
+    # (the tree has no children yet, so the cancel's cascade finds none)
+    asked: list[str] = []
+    canceller = make_runner()
+    spawning = CancelBeforeSpawn(make_store(), canceller)
+    worker = AgentRunner(turn_store=spawning, agent_loader=canceller.loader)  # type: ignore[arg-type]
+    tasks = [{"id": "a", "description": "check a"}, {"id": "b", "description": "check b"}]
+    plan = ToolCall(id="p1", name="create_task_plan", arguments={"goal": "g", "tasks": tasks})
+
+    def planner(request: ModelRequest) -> AiMessage:
+        asked.append("planner")
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            return AiMessage("summary")
+        return AiMessage(tool_calls=[plan])
+
+    def helper(request: ModelRequest) -> AiMessage:
+        asked.append("helper")
+        return AiMessage("checked")
+
+    assert isinstance(worker.loader, InMemoryAgentLoader)
+    worker.loader.register(Agent("helper", FunctionModel(helper)))
+    agent = Agent(
+        "planner", FunctionModel(planner), sub_agents=["helper"], planning=AgentPlanningPolicy()
+    )
+    root = worker.start(agent, "go").id
+
+    # When the worker steps whatever it can claim until the tree is quiet
+    for _ in range(20):
+        claimed = worker.claim_runnable("w1", limit=5)
+        if not claimed:
+            break
+        for turn in claimed:
+            with worker.holding(turn):
+                worker.step(turn, release=True)
+
+    # Then the children it created in that step ended cancelled, and no helper was asked
+    store = make_store()
+    children = store.children_of(root)
+    assert spawning.fired and len(children) == 2
+    assert store.load(root).status is S.CANCELLED
+    assert [store.load(c).status for c in children] == [S.CANCELLED, S.CANCELLED]
+    assert asked == ["planner"]
 
 
 class BlipAfterCommit:
