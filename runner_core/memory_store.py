@@ -369,8 +369,8 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         was_terminal = record is not None and record.header.status.is_terminal
         record = self._write(s, record)
         h = record.header
-        for child in commit.children:  # a parent's cancel flag, set before this write landed,
-            self._write(child, None, h if h.cancel_requested else None)  # covers these too
+        for child in commit.children:
+            self._write(child, None, parent=h)
         first = self._log(h, commit.events)
         released = False
         if commit.release and commit.lease is not None:
@@ -425,14 +425,16 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         self,
         snapshot: AgentTurnSnapshot,
         record: _Record | None,
-        cancelled_parent: AgentTurnSnapshot | None = None,
+        parent: AgentTurnSnapshot | None = None,
     ) -> _Record:
         results: dict[str, ChildResult] = {}
         if record is None:
             version, cancel, lease, messages = 0, snapshot.cancel_requested, None, []
             reason, sequence = snapshot.cancel_reason, 0
-            if cancelled_parent is not None:
-                cancel, reason = True, reason or cancelled_parent.cancel_reason
+            if parent is not None and parent.cancel_requested:
+                # a cancel request that reached the parent before this write covers its new
+                # children too (the request's cascade listed the tree before they existed)
+                cancel, reason = True, reason or parent.cancel_reason
         else:
             h = record.header
             version = h.version + 1

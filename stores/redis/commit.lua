@@ -73,9 +73,9 @@ end
 local v, cx = write(T, {KEYS[7], KEYS[8], KEYS[9]}, b, (not creating) and prev or nil, rid, now)
 -- a cancel request that reached the parent before this write covers its new children too
 -- (the request's cascade listed the tree's turns before they existed)
-local reason = redis.call('HGET', KEYS[7], 'cr') or ''
+local reason = (cx == '1' and #children > 0) and redis.call('HGET', KEYS[7], 'cr') or nil
 for _, c in ipairs(children) do
-  if cx == '1' then
+  if reason then
     c[1].cx = '1'
     if falsy(c[1].cr) then c[1].cr = reason end
   end

@@ -357,8 +357,8 @@ def check(report: Report, world: World, root: str, store: AgentTurnStore) -> lis
         survivors = [a for a in actors if a not in report.crashed]
         if len(survivors) > 1 or len(actors) > 1 + len(set(actors) & report.crashed):
             problems.append(f"tool call {call_id} ran {len(actors)} times: {actors}")
-    # one holding of a lease never asks the model the same thing twice (a blip, say, must
-    # not throw a paid answer away); under a new lease it may, once the old one ran out
+    # one holding of a lease never asks the model the same thing twice; under a new lease
+    # it may (the old one ran out, or its step gave up and released it)
     asked = [(key, lease) for key, lease in world.asked if lease != "-"]
     for key, lease in set(asked):
         if asked.count((key, lease)) > 1:

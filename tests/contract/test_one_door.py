@@ -124,15 +124,22 @@ def test_a_resume_over_a_live_lease_is_refused_and_the_tool_runs_once_more_only(
     assert ledger.runs == {"c1": ["failed", "ok"]}
 
 
-class ClaimBeforeCommit:
-    """A store whose next commit is preceded by another worker's claim (a race)."""
+class Wrapped:
+    """A store passing every call through to ``inner``; subclasses step into some."""
 
-    def __init__(self, inner: AgentTurnStore, claimer: AgentTurnStore) -> None:
-        self.inner, self.claimer = inner, claimer
-        self.armed = False
+    def __init__(self, inner: AgentTurnStore) -> None:
+        self.inner = inner
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class ClaimBeforeCommit(Wrapped):
+    """A store whose next commit is preceded by another worker's claim (a race)."""
+
+    def __init__(self, inner: AgentTurnStore, claimer: AgentTurnStore) -> None:
+        super().__init__(inner)
+        self.claimer, self.armed = claimer, False
 
     def commit(self, commit: Commit) -> Any:
         if self.armed:
@@ -238,14 +245,12 @@ def test_children_written_after_a_cancel_request_are_born_with_it(
         assert store.peek(kid.id).cancel_requested
 
 
-class CancelBeforeSpawn:
+class CancelBeforeSpawn(Wrapped):
     """A store in which a cancel of the turn lands just before the commit creating children."""
 
     def __init__(self, inner: AgentTurnStore, canceller: AgentRunner) -> None:
-        self.inner, self.canceller, self.fired = inner, canceller, False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        super().__init__(inner)
+        self.canceller, self.fired = canceller, False
 
     def commit(self, commit: Commit) -> Any:
         if commit.children and not self.fired:
@@ -303,15 +308,13 @@ def test_a_cancel_that_overtakes_the_step_spawning_children_cancels_them_too(
     assert asked == ["planner"]
 
 
-class BlipAfterCommit:
+class BlipAfterCommit(Wrapped):
     """A store whose ``times`` next commits land but lose their reply (a Redis blip)."""
 
     def __init__(self, inner: AgentTurnStore, times: int = 1) -> None:
-        self.inner, self.times = inner, times
+        super().__init__(inner)
+        self.times = times
         self.request_ids: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def commit(self, commit: Commit) -> Any:
         self.request_ids.append(commit.request_id)
@@ -344,14 +347,12 @@ def test_a_blip_on_the_final_commit_is_ridden_out_without_a_second_tool_run(
     assert runner.claim(turn.id, "w2") is None
 
 
-class BlipOnPeek:
+class BlipOnPeek(Wrapped):
     """A store whose ``peek`` fails ``times`` times once ``armed`` (Redis unreachable)."""
 
     def __init__(self, inner: AgentTurnStore, times: int) -> None:
-        self.inner, self.times, self.armed = inner, times, False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        super().__init__(inner)
+        self.times, self.armed = times, False
 
     def peek(self, turn_id: str) -> Any:
         if self.armed and self.times > 0:
