@@ -47,10 +47,10 @@ redis-check:
 	  exit 1; }
 
 wheel-check: python-check $(STAMP) redis-check  ## Build the wheel, install it in a fresh venv, run a fleet from it
-	@$(PY) -m tests.install.wheel_check
+	@$(PY) -m tests.repo.install.wheel_check
 
 test-min: python-check $(STAMP) redis-check  ## The tests (not chaos/bench) at the lowest declared versions
-	@$(PY) -m tests.install.min_versions
+	@$(PY) -m tests.repo.install.min_versions
 
 lint: $(STAMP)  ## ruff
 	@$(VENV)/bin/ruff check .

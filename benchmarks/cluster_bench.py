@@ -1,6 +1,6 @@
 """Benchmark: the Redis store on one server and on a local 3-master Redis Cluster.
 
-Starts a redis-server and a cluster (``examples/local_cluster.py``) on free loopback ports,
+Starts a redis-server and a cluster (``tests/support/cluster.py``) on free loopback ports,
 both without persistence, and prints for each: µs and round trips per step of the 10-tool
 turn of ``redis_bench`` (history 10; a round trip is one command or pipeline sent on a
 connection), and one sweep that finds 1,000 lost wake-ups in 1,000 trees (ms, commands
@@ -18,11 +18,11 @@ from typing import Any
 from redis.connection import Connection
 
 from benchmarks.redis_bench import _history, _model, add
-from examples.local import RedisServer
-from examples.local_cluster import LocalCluster
 from runner_core import Agent, AgentRunner, AgentTurnSnapshot, FunctionModel, UserMessage
 from stores import RedisAgentTurnStore
 from stores.redis.connection import is_cluster
+from tests.support.cluster import LocalCluster
+from tests.support.servers import RedisServer
 
 ROUNDS = 5
 TREES = 1000

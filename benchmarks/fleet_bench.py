@@ -41,11 +41,11 @@ from pathlib import Path
 
 import redis
 
-from agentworker.celery_app import create_app
-from agentworker.runtime import make_runner
+from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from examples.local import RABBITMQ, Fleet, RabbitMQServer, RedisServer
+from agentworker.wiring import make_runner
 from runner_core import AgentRunner
+from tests.support.servers import RABBITMQ, Fleet, RabbitMQServer, RedisServer
 
 
 def drained(broker: redis.Redis, queue: str) -> bool:

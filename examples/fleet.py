@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentworker.celery_app import create_app
-from agentworker.runtime import make_runner
+from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from examples.local import Fleet, RedisServer
+from agentworker.wiring import make_runner
 from runner_core import AgentResumeCommand, AgentRunner, AgentTurnSnapshot, AgentTurnStatus
+from tests.support.servers import Fleet, RedisServer
 
 PROMPT = "Order 1001 arrived broken: refund it and send a replacement."
 

@@ -2,6 +2,7 @@
 
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
 from runner_core.context import AgentToolContext
+from runner_core.conversation import ChatMemory, InMemoryChatMemory, attach_window
 from runner_core.errors import (
     AgentConversationBusyException,
     AgentNotFoundError,
@@ -18,9 +19,8 @@ from runner_core.errors import (
     TurnLeasedError,
     TurnNotFoundError,
 )
+from runner_core._engine.wakeups import DescribingDispatcher
 from runner_core.events import PROVISIONAL, AgentEvent, AgentEventListener, AgentEventType
-from runner_core.memory import ChatMemory, InMemoryChatMemory, attach_window
-from runner_core.memory_store import InMemoryAgentTurnStore
 from runner_core.messages import (
     AiMessage,
     ImagePart,
@@ -45,6 +45,7 @@ from runner_core.models import (
     ToolSpec,
     Usage,
 )
+from runner_core.moved import alias_moved_modules
 from runner_core.planning import (
     AgentPlanningPolicy,
     FailureStrategy,
@@ -73,9 +74,19 @@ from runner_core.snapshot import (
 )
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 from runner_core.store import AgentTurnStore, CancelResult, Commit, SaveResult, TurnControl
+from runner_core.store.memory import InMemoryAgentTurnStore
 from runner_core.tools import ApprovalDecision, Tool, ToolError, tool
 from runner_core.turn import AgentStepResult, AgentTurn, TaskProgress
 from runner_core.worker import AgentWorker
+
+#: Modules of earlier releases and where they live now (docs/upgrading.md).
+MOVED = {
+    "runner_core.memory": "runner_core.conversation",
+    "runner_core.memory_store": "runner_core.store.memory",
+    "runner_core.wakeups": "runner_core._engine.wakeups",
+    "runner_core.tracing": "runner_core._engine.tracing",
+}
+alias_moved_modules(MOVED)
 
 __all__ = [
     "TurnLeasedError",
@@ -114,6 +125,7 @@ __all__ = [
     "ChatModel",
     "ConcurrentModificationError",
     "ConfigurationError",
+    "DescribingDispatcher",
     "ErrorInfo",
     "FailureStrategy",
     "FunctionModel",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from runner_core.frozen import freeze, thaw
+from runner_core._engine.frozen import freeze, thaw
 
 if TYPE_CHECKING:
     from runner_core.snapshot import AgentTurnSnapshot

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
-from runner_core.frozen import FrozenDict, freeze_dict
+from runner_core._engine.frozen import FrozenDict, freeze_dict
 
 
 def new_id() -> str:

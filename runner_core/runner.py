@@ -8,9 +8,14 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from runner_core import tracing
+from runner_core._engine import tracing
+from runner_core._engine.children import descendants
+from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.step import may_step, run_step
+from runner_core._engine.unloadable import leave_or_fail
+from runner_core._engine.wakeups import Dispatcher, Waker
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
-from runner_core.children import descendants
+from runner_core.conversation import ChatMemory, attach_window, project
 from runner_core.errors import (
     AgentNotFoundError,
     ConcurrentModificationError,
@@ -19,8 +24,6 @@ from runner_core.errors import (
     TurnLeasedError,
 )
 from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
-from runner_core.kernel import TurnKernel
-from runner_core.memory import ChatMemory, attach_window, project
 from runner_core.messages import Message, SystemMessage, UserMessage
 from runner_core.middleware import Middleware
 from runner_core.policy import (
@@ -32,11 +35,8 @@ from runner_core.policy import (
 from runner_core.resume import AgentResumeCommand, ResumeKind, apply_resume, check_resume
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
-from runner_core.step import may_step, run_step
 from runner_core.store import AgentTurnStore, SaveResult, waiting_child_ids
 from runner_core.turn import AgentStepResult, AgentTurn
-from runner_core.unloadable import leave_or_fail
-from runner_core.wakeups import Dispatcher, Waker
 from runner_core.worker import HeldLease, LeaseKeeper
 
 log = logging.getLogger("runner_core.runner")
@@ -56,7 +56,7 @@ class AgentRunner:
         middleware: Sequence[Middleware] = (),
         dispatcher: Dispatcher | None = None,
     ) -> None:
-        from runner_core.memory_store import InMemoryAgentTurnStore
+        from runner_core.store.memory import InMemoryAgentTurnStore
 
         self.store: AgentTurnStore = (
             turn_store if turn_store is not None else InMemoryAgentTurnStore()

@@ -32,7 +32,7 @@ class AgentTurn:
         self.pending_events: list[AgentEvent] = []
         #: Marks a direct runner's provisional events (a worker uses its lease id).
         self.attempt_id: str | None = None
-        #: Whether this object's steps are traced (``runner_core.tracing``; None: not asked).
+        #: Whether this object's steps are traced (``_engine.tracing``; None: not asked).
         self.trace: str | None = None
         self._call_ids: tuple[AgentTurnSnapshot, set[str]] | None = None
 

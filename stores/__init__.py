@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner_core.memory_store import InMemoryAgentTurnStore
+from runner_core.store.memory import InMemoryAgentTurnStore
 from stores.redis import (
     RedisAgentTurnStore,
     RedisChatMemory,

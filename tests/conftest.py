@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from examples.local import RedisServer
+from tests.support.servers import RedisServer
 
 os.environ.setdefault("AGENTWORKER_REDIS_URL", "redis://127.0.0.1:1/0")
 

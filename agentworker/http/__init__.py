@@ -58,9 +58,9 @@ def _default_app() -> Starlette:
     global _app
     with _lock:
         if _app is None:
-            from agentworker.celery_app import problems
-            from agentworker.runtime import make_runner
+            from agentworker.fleet.app import problems
             from agentworker.settings import Settings
+            from agentworker.wiring import make_runner
 
             try:
                 settings = Settings()

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from agentworker.eventstream import check_stream_id
 from agentworker.http.auth import Authenticator, Caller, RequestLedger, StoredResponse, fingerprint
 from agentworker.http.credentials import legacy_credentials, parse_credentials
 from agentworker.http.errors import ApiError, error_body, error_response, status_of
@@ -34,11 +33,12 @@ from agentworker.http.schemas import (
 )
 from agentworker.http.sse import already_over, event_source, stream_exists
 from agentworker.http.throttle import FailureThrottle
-from agentworker.logs import use_json_in_http_app
-from agentworker.metrics import scrape
-from agentworker.otel import instrument_http_app
+from agentworker.notify.streams import check_stream_id
+from agentworker.notify.webhooks import Outbox
+from agentworker.ops.logs import use_json_in_http_app
+from agentworker.ops.metrics import scrape
+from agentworker.ops.traces import instrument_http_app
 from agentworker.settings import Settings
-from agentworker.webhooks import Outbox
 from runner_core import (
     AgentRunner,
     AgentTurnOptions,
@@ -259,7 +259,7 @@ class TurnsApi:
         """``GET /turns/{id}/deliveries``: the turn's outbound webhooks and their attempts."""
         caller = caller_of(request)
         snapshot = await self.turn(caller, request.path_params["turn_id"])
-        from agentworker import webhooks
+        from agentworker.notify import webhooks
 
         if not webhooks.configured(self.settings):
             return JSONResponse({"deliveries": []})
@@ -399,7 +399,7 @@ def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> S
 
     Needs at least one credential configured (``ConfigurationError`` otherwise).
     """
-    from agentworker.http.console import console_routes
+    from agentworker.http.console.pages import console_routes
     from agentworker.http.openapi import openapi_route
 
     settings = settings or Settings()

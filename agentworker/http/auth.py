@@ -28,8 +28,8 @@ from redis import asyncio as aioredis
 
 from agentworker.http.credentials import ANY_TENANT, Credential
 from agentworker.http.errors import ApiError, unauthorized
-from agentworker.signing import secret_key
-from agentworker.signing import sign as sign
+from agentworker.notify.signing import secret_key
+from agentworker.notify.signing import sign as sign
 
 SIGNATURE_HEADER = "webhook-signature"
 TIMESTAMP_HEADER = "webhook-timestamp"

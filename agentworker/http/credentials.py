@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from agentworker.signing import SECRET_PREFIX, secret_key
+from agentworker.notify.signing import SECRET_PREFIX, secret_key
 from runner_core.errors import ConfigurationError
 
 Scope = Literal["read", "write", "approve"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis import asyncio as aioredis
 
-from agentworker.eventstream import (
+from agentworker.notify.streams import (
     end_key,
     id_key,
     is_root_terminal,

@@ -44,7 +44,7 @@ from runner_core.store import SaveResult
 from stores.redis.codec import Arg, fields_of, text
 from stores.redis.connection import is_cluster
 
-_HERE = Path(__file__).parent
+_HERE = Path(__file__).parent / "lua"
 _WITH_LIB = (
     "commit",
     "report",

@@ -1,5 +1,14 @@
-"""Chaos tests reuse the end-to-end fixtures (private redis-server, real workers)."""
+"""Chaos tests reuse the end-to-end fixtures (private redis-server, real workers, RabbitMQ)."""
 
-from tests.e2e.conftest import fleet, fleet_env, producer_env, redis_server
-
-__all__ = ["fleet", "fleet_env", "producer_env", "redis_server"]
+from tests.support.fleet_fixtures import (  # noqa: F401 - fixtures
+    fleet,
+    fleet_env,
+    producer_env,
+    redis_server,
+)
+from tests.support.rabbit_fixtures import (  # noqa: F401 - fixtures
+    amqp_base,
+    broker_url,
+    rabbit_env,
+    rabbit_fleet,
+)

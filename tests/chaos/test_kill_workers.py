@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from examples.local import Fleet, RedisServer
 from runner_core import AgentTurnStatus, ToolMessage
-from tests.e2e.agents import PREFIX
-from tests.e2e.test_fleet import drive, producer
+from tests.support.fleet_agents import PREFIX
+from tests.support.fleet_fixtures import drive, producer
+from tests.support.servers import Fleet, RedisServer
 
 pytestmark = pytest.mark.chaos
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from examples.local import RedisServer
 from runner_core import AgentTurnStore, InMemoryAgentTurnStore
 from stores import RedisAgentTurnStore
-from tests.concurrency.one_door_model import check, run_schedule
+from tests.support.one_door import check, run_schedule
+from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.chaos
 

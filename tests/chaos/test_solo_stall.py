@@ -12,14 +12,11 @@ import time
 
 import pytest
 
-from agentworker.celery_app import create_app
+from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from examples.local import Fleet
-from tests.e2e.test_rabbitmq import amqp_base, broker_url, rabbit_env, rabbit_fleet
+from tests.support.servers import Fleet
 
 pytestmark = pytest.mark.chaos
-
-__all__ = ["amqp_base", "broker_url", "rabbit_env", "rabbit_fleet"]
 
 TASKS = 200
 CAP = 10.0

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tests.contract.conftest import namespace, redis_cluster, redis_server
+from tests.support.store_fixtures import namespace, redis_cluster, redis_server
 
 __all__ = ["namespace", "redis_cluster", "redis_server"]

@@ -7,11 +7,11 @@ from pydantic import ValidationError
 from redis.cluster import RedisCluster
 
 from agentworker.settings import Settings
-from examples.local_cluster import LocalCluster, cluster_port
 from runner_core import ConfigurationError, StoreUnavailableError
 from stores import RedisAgentTurnStore
 from stores.redis.connection import cluster_seeds, is_cluster, make_client, redact
-from tests.contract.helpers import snap
+from tests.support.cluster import LocalCluster, cluster_port
+from tests.support.stores import snap
 
 
 def test_a_cluster_url_names_its_seed_nodes_and_credentials() -> None:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from examples.local import Fleet, RedisServer
-from examples.local_cluster import LocalCluster
 from runner_core import AgentTurnStatus
-from tests.e2e.agents import PREFIX
-from tests.e2e.test_fleet import RETRYING, drive, producer
+from tests.support.cluster import LocalCluster
+from tests.support.fleet_agents import PREFIX
+from tests.support.fleet_fixtures import RETRYING, drive, producer
+from tests.support.servers import Fleet, RedisServer
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ def cluster_env(
         "AGENTWORKER_REDIS_URL": redis_cluster.url,
         "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{redis_server.port}/1",
         "AGENTWORKER_NAMESPACE": "cl-" + uuid.uuid4().hex[:8],
-        "AGENTWORKER_AGENT_LOADER": "tests.e2e.agents:loader",
+        "AGENTWORKER_AGENT_LOADER": "tests.support.fleet_agents:loader",
         "AGENTWORKER_LEASE_SECONDS": "2",
         "AGENTWORKER_SWEEP_INTERVAL": "0.5",
         "AGENTWORKER_LOST_WAKEUP_SECONDS": "2",

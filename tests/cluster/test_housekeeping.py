@@ -13,15 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentworker.celery_app import celery_config
-from agentworker.housekeeping import housekeep
+from agentworker.fleet.app import celery_config
+from agentworker.fleet.housekeeping import housekeep
+from agentworker.fleet.stepping import sweep_once
 from agentworker.settings import Settings
-from agentworker.stepping import sweep_once
-from examples.local import RedisServer
-from examples.local_cluster import LocalCluster
 from runner_core import AgentRunner, AgentTurnStatus, InMemoryAgentLoader, TurnNotFoundError
 from stores import RedisAgentTurnStore
-from tests.contract.helpers import child_of, commands_served, snap
+from tests.support.cluster import LocalCluster
+from tests.support.servers import RedisServer
+from tests.support.stores import child_of, commands_served, snap
 
 ENDED = 2000
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from examples.local_cluster import LocalCluster
 from runner_core import StoreUnavailableError
 from stores import RedisAgentTurnStore
-from tests.contract.helpers import snap
+from tests.support.cluster import LocalCluster
+from tests.support.stores import snap
 
 
 def master_of(store: RedisAgentTurnStore, turn_id: str) -> int:

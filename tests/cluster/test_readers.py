@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
-from agentworker.eventstream import (
+from agentworker.http.sse import already_over
+from agentworker.notify.streams import (
     RedisEventBridge,
     bridge_client,
     end_id,
     follow,
     read_events_async,
 )
-from agentworker.http.sse import already_over
-from examples.local_cluster import LocalCluster
 from runner_core import Agent, AgentRunner, AiMessage, FunctionModel, InMemoryAgentLoader
 from stores import RedisAgentTurnStore
 from stores.redis.connection import async_client, is_cluster, make_client
+from tests.support.cluster import LocalCluster
 
 
 def test_a_turn_on_the_cluster_is_followed_by_the_cli_and_the_http_readers(

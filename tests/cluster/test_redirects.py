@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from examples.local_cluster import LocalCluster
 from stores import RedisAgentTurnStore
-from tests.contract.helpers import snap
+from tests.support.cluster import LocalCluster
+from tests.support.stores import snap
 
 
 def node_id(cluster: LocalCluster, port: int) -> str:

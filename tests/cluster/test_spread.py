@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from examples.local_cluster import LocalCluster
 from stores import RedisAgentTurnStore
-from tests.contract.helpers import commands_served, snap
+from tests.support.cluster import LocalCluster
+from tests.support.stores import commands_served, snap
 
 
 def test_root_creations_spread_their_global_writes_over_the_masters(

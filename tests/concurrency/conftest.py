@@ -1,6 +1,6 @@
 """The concurrency suite runs on every store, like the contract suite."""
 
-from tests.contract.conftest import (  # noqa: F401 - fixtures
+from tests.support.store_fixtures import (  # noqa: F401 - fixtures
     make_store,
     namespace,
     redis_cluster,

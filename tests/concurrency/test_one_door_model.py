@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from runner_core import AgentTurnStore
-from tests.concurrency.one_door_model import check, run_schedule
+from tests.support.one_door import check, run_schedule
 
 SCHEDULES = int(os.environ.get("ONE_DOOR_SCHEDULES", "120"))
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.concurrency.scheduler import (
+from tests.support.scheduler import (
     Crash,
     Crashed,
     Delay,

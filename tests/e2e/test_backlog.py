@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agentworker.celery_app import create_app
-from agentworker.runtime import make_runner
+from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from examples.local import Fleet, RedisServer
+from agentworker.wiring import make_runner
 from runner_core import AgentRunner
+from tests.support.servers import Fleet, RedisServer
 
 TURNS = int(os.environ.get("BACKLOG_TURNS", "200"))
 
@@ -119,7 +119,7 @@ def test_a_redis_outage_mid_run_does_not_multiply_wake_ups(
         "AGENTWORKER_REDIS_URL": server.url,
         "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{server.port}/1",
         "AGENTWORKER_NAMESPACE": "outage",
-        "AGENTWORKER_AGENT_LOADER": "tests.e2e.agents:loader",
+        "AGENTWORKER_AGENT_LOADER": "tests.support.fleet_agents:loader",
         "AGENTWORKER_LEASE_SECONDS": "2",
         "AGENTWORKER_SWEEP_INTERVAL": "0.5",
         "AGENTWORKER_LOST_WAKEUP_SECONDS": "2",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from agentworker.cli import app
-from agentworker.runtime import make_runner
+from agentworker.cli.commands import app
 from agentworker.settings import Settings
+from agentworker.wiring import make_runner
 from runner_core import AgentResumeCommand, AgentRunner, AgentTurnStatus
 
 pytestmark = pytest.mark.redis

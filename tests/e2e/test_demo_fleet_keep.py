@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.local import ROOT
+from tests.support.servers import ROOT
 
 pytestmark = pytest.mark.redis
 

@@ -7,63 +7,21 @@ from collections import Counter
 
 import pytest
 
-from agentworker.celery_app import create_app
-from agentworker.runtime import make_runner
+from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from examples.local import Fleet, RedisServer, free_port
 from runner_core import (
     Agent,
-    AgentExecutionPolicy,
-    AgentResumeCommand,
-    AgentRunner,
-    AgentTurnOptions,
     AgentTurnSnapshot,
     AgentTurnStatus,
     AiMessage,
     FunctionModel,
-    RetryPolicy,
     ToolMessage,
 )
-from tests.e2e.agents import executions
+from tests.support.fleet_agents import executions
+from tests.support.fleet_fixtures import RETRYING, drive, producer
+from tests.support.servers import Fleet, RedisServer, free_port
 
 pytestmark = pytest.mark.e2e
-
-RETRYING = AgentTurnOptions(
-    policy=AgentExecutionPolicy(
-        lease_seconds=2, retry=RetryPolicy(max_retries=3, initial_delay=0.2)
-    )
-)
-
-
-def producer() -> AgentRunner:
-    settings = Settings()
-    return make_runner(settings, create_app(settings))
-
-
-def drive(
-    runner: AgentRunner, turn_ids: list[str], timeout: float = 90.0
-) -> dict[str, AgentTurnSnapshot]:
-    """Play the humans (approve, fill forms) until every turn has ended."""
-    deadline = time.monotonic() + timeout
-    final: dict[str, AgentTurnSnapshot] = {}
-    while time.monotonic() < deadline:
-        for turn_id in turn_ids:
-            if turn_id in final:
-                continue
-            s = runner.store.load(turn_id)
-            if s.status.is_terminal:
-                final[turn_id] = s
-            elif s.status is AgentTurnStatus.WAITING_FOR_APPROVAL and s.suspension:
-                cmd = AgentResumeCommand.approve_tool(s.suspension.correlation_id or "")
-                runner.submit_resume(turn_id, cmd.with_metadata(approver="e2e"))
-            elif s.status is AgentTurnStatus.WAITING_FOR_USER and s.suspension:
-                runner.submit_resume(turn_id, AgentResumeCommand.user_input({"city": "Oslo"}))
-        if len(final) == len(turn_ids):
-            return final
-        time.sleep(0.1)
-    missing = {t: runner.store.load(t).status.value for t in turn_ids if t not in final}
-    raise AssertionError(f"turns not finished after {timeout}s: {missing}")
-
 
 def tool_results(s: AgentTurnSnapshot) -> list[str]:
     return [m.content for m in s.messages if isinstance(m, ToolMessage)]

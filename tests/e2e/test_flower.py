@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from agentworker.celery_app import create_app
-from agentworker.runtime import make_runner
+from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from examples.local import CELERY, ROOT, Fleet, free_port, stop_process
+from agentworker.wiring import make_runner
 from runner_core import AgentTurnStatus
+from tests.support.servers import CELERY, ROOT, Fleet, free_port, stop_process
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from examples.local import ROOT, free_port, stop_process
+from tests.support.servers import ROOT, free_port, stop_process
 
 pytestmark = pytest.mark.e2e
 

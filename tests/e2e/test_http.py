@@ -18,13 +18,13 @@ import httpx
 import pytest
 import uvicorn
 
-from agentworker.celery_app import create_app
-from agentworker.eventstream import read_events
+from agentworker.fleet.app import create_app
 from agentworker.http import create_http_app, sign, signed_headers, target_of
-from agentworker.runtime import make_runner
+from agentworker.notify.streams import read_events
 from agentworker.settings import Settings
-from examples.local import ROOT, Fleet, RedisServer, free_port
+from agentworker.wiring import make_runner
 from stores import RedisAgentTurnStore
+from tests.support.servers import ROOT, Fleet, RedisServer, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def env(redis_server: RedisServer) -> dict[str, str]:
         "AGENTWORKER_REDIS_URL": redis_server.url,
         "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{redis_server.port}/2",
         "AGENTWORKER_NAMESPACE": "http-" + uuid.uuid4().hex[:8],
-        "AGENTWORKER_AGENT_LOADER": "tests.e2e.agents:loader",
+        "AGENTWORKER_AGENT_LOADER": "tests.support.fleet_agents:loader",
         "AGENTWORKER_LEASE_SECONDS": "2",
         "AGENTWORKER_STEP_TIME_LIMIT": "30",
         "AGENTWORKER_VISIBILITY_TIMEOUT": "60",

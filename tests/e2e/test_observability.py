@@ -29,13 +29,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from agentworker.celery_app import create_app  # noqa: E402
-from agentworker.runtime import make_runner  # noqa: E402
+from agentworker.fleet.app import create_app  # noqa: E402
 from agentworker.settings import Settings  # noqa: E402
-from examples.local import ROOT as REPO  # noqa: E402
-from examples.local import Fleet, free_port  # noqa: E402
+from agentworker.wiring import make_runner  # noqa: E402
 from runner_core import AgentResumeCommand, AgentTurnOptions, AgentTurnStatus  # noqa: E402
-from tests.observed_agents import CHILD, MODEL, POLICY, ROOT, collecting_spans  # noqa: E402
+from tests.support.observed import CHILD, MODEL, POLICY, ROOT, collecting_spans  # noqa: E402
+from tests.support.servers import ROOT as REPO  # noqa: E402
+from tests.support.servers import Fleet, free_port  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -152,7 +152,7 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
 ) -> None:
     # Given a prefork worker (2 processes) exporting spans over OTLP, with a metrics port
     metrics_port = free_port()
-    loader = "tests.observed_agents:loader"
+    loader = "tests.support.observed:loader"
     monkeypatch.setenv("AGENTWORKER_AGENT_LOADER", loader)
     fleet.env.update(
         {
@@ -291,7 +291,7 @@ def test_the_http_app_serves_the_fleets_metrics_to_an_operator_only(
     # Given a prefork worker and the HTTP app on one host, sharing a multiprocess directory
     shared = tmp_path / "prometheus"
     shared.mkdir()
-    loader = "tests.observed_agents:loader"
+    loader = "tests.support.observed:loader"
     env = {
         **fleet_env,
         "AGENTWORKER_AGENT_LOADER": loader,

@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from agentworker.settings import Settings
-from examples.local import Fleet, RedisServer
 from runner_core import AgentTurnStatus
-from tests.e2e.test_fleet import RETRYING, drive, producer
+from tests.support.fleet_fixtures import RETRYING, drive, producer
+from tests.support.servers import Fleet, RedisServer
 
 pytestmark = pytest.mark.e2e
 

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from agentworker import webhooks
-from agentworker.celery_app import create_app
-from agentworker.runtime import make_runner
+from agentworker.fleet.app import create_app
+from agentworker.notify import webhooks
 from agentworker.settings import Settings
-from examples.local import Fleet, RedisServer
+from agentworker.wiring import make_runner
 from runner_core import AgentResumeCommand
+from tests.support.servers import Fleet, RedisServer
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,1 @@
+"""The ``agentworker`` command line: ``main`` (the entry point), commands, remote, views."""

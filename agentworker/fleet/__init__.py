@@ -1,0 +1,1 @@
+"""What runs inside ``celery worker`` and ``celery beat``: the app, tasks, stepping, beat."""

@@ -1,0 +1,155 @@
+"""What a step task and a sweep do, free of Celery so tests can call them directly."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from agentworker.notify import webhooks
+from agentworker.ops import logs, metrics
+from runner_core import (
+    AgentRunner,
+    AgentTurn,
+    AgentTurnStatus,
+    ConcurrentModificationError,
+    LeaseLostError,
+    SnapshotCorruptedError,
+    TurnNotFoundError,
+)
+from runner_core.store import waiting_child_ids
+
+log = logging.getLogger("agentworker.steps")
+
+
+def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: float = 0.0) -> str:
+    """Claim the turn, take one step under its lease, release, then wake what is runnable.
+
+    With ``chain_seconds`` > 0 the task goes on with the same turn while it can run at once
+    and less than ``chain_seconds`` have passed since its first claim: each further step is
+    claimed, leased and committed on its own, exactly as if a new message had carried it,
+    but without the publish and the delivery in between. The task's own message stays
+    unacknowledged meanwhile, so a worker killed mid-chain leaves it to be redelivered.
+
+    Returns what the last step did, for logs and Flower: ``not-found``, ``not-runnable``,
+    ``quarantined``, ``fenced`` or the turn's status after the step.
+    """
+    started = time.perf_counter()
+    previous: AgentTurn | None = None  # the chain's last step
+    while True:
+        step_started = time.perf_counter()
+        try:
+            outcome, turn = _claim_and_step(runner, turn_id, worker_id)
+        except Exception:
+            if previous is not None:  # its commit marked a wake-up queued: send it
+                _wake_next(runner, previous)
+            raise
+        metrics.step_done(outcome, turn, time.perf_counter() - step_started)
+        if outcome == "not-runnable" and previous is None:
+            # a duplicate, or the message of a process that died after its last commit:
+            # what that process's listeners would have recorded is recorded now
+            webhooks.catch_up(runner, turn_id)
+        if turn is None or outcome == "fenced":
+            return outcome
+        if not (_runs_now(turn) and time.perf_counter() - started < chain_seconds):
+            _wake_next(runner, turn)
+            return outcome
+        previous = turn
+
+
+def _runs_now(turn: AgentTurn) -> bool:
+    return turn.state.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
+
+
+def _claim_and_step(
+    runner: AgentRunner, turn_id: str, worker_id: str
+) -> tuple[str, AgentTurn | None]:
+    try:
+        turn = runner.claim(turn_id, worker_id)
+    except TurnNotFoundError:
+        log.warning("step for unknown turn %s acked and dropped", turn_id)
+        return "not-found", None
+    except SnapshotCorruptedError:
+        return "quarantined", None  # moved aside (and logged) by the store: never sent again
+    if turn is None:
+        return "not-runnable", None
+    try:
+        # everything after the claim runs inside ``holding``: a failure anywhere (even
+        # reading the clock) gives the lease back instead of leaving it to the heartbeat
+        with runner.holding(turn), logs.turn_context(turn):
+            metrics.claimed(turn, runner.store.now())
+            runner.step(turn, release=True)
+
+    except (LeaseLostError, ConcurrentModificationError) as exc:
+        log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
+        metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
+        return "fenced", turn
+    return turn.status.value, turn
+
+
+def _wake_next(runner: AgentRunner, turn: AgentTurn) -> None:
+    """Re-enqueue a turn that can go on, or the children it now waits for.
+
+    The step's last commit marked them queued (it released the lease with the wake flag).
+    """
+    st = turn.state
+    if st.status.is_terminal:
+        return  # a waiting parent was woken (and marked) by the child's last commit
+    if _runs_now(turn) or st.cancel_requested:
+        runner.dispatch(turn.id, marked=True, agent_id=st.agent_id)
+    elif st.status is AgentTurnStatus.WAITING_FOR_CHILD:
+        for child_id in waiting_child_ids(st):
+            runner.dispatch(child_id, marked=True)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep woke."""
+
+    due: int
+    lost: int
+    repaired: int
+
+
+REPAIR_SECONDS = 600.0
+"""How often a process's sweeps also run the repair scan (it reads every live tree)."""
+
+_repaired_at: dict[int, float] = {}
+
+
+def sweep_once(
+    runner: AgentRunner, lost_after: float, limit: int = 1000, *, repair: bool | None = None
+) -> SweepReport:
+    """Wake what should run: due retries, lost wake-ups, dead workers' turns, parents.
+
+    Safe to run twice: a wake-up is only a hint, the lease decides who steps; a wake-up
+    already queued is known (its mark) and not sent again, so a backlog never multiplies.
+    The repair scan (children's results that never reached their parent: records older
+    than the atomic fan-in) costs what is live, so it runs every ``REPAIR_SECONDS`` per
+    runner, or when ``repair`` says so.
+    """
+    started = time.perf_counter()
+    report = _sweep_once(runner, lost_after, limit, repair)
+    metrics.swept(time.perf_counter() - started, report.due, report.lost, report.repaired)
+    return report
+
+
+def _sweep_once(
+    runner: AgentRunner, lost_after: float, limit: int, repair: bool | None
+) -> SweepReport:
+    store = runner.store
+    runner.waker.retry_unsent()  # wake-ups this process could not send while Redis was down
+    now = store.now()
+    found = store.wakeups(now, lost_after, limit)
+    due, lost = found.due, found.lost
+    # each wake-up sent is marked queued: the next sweeps leave the turn alone until it has
+    # been claimed, or until the mark runs out (the message really was lost)
+    runner.wake(list(dict.fromkeys([*due, *lost])))
+    if repair is None:
+        last = _repaired_at.get(id(runner), -1e18)
+        repair = time.monotonic() - last >= REPAIR_SECONDS
+    repaired = 0
+    if repair:
+        _repaired_at[id(runner)] = time.monotonic()
+        repaired = runner.repair(limit)
+    return SweepReport(len(due), len(lost), repaired)

@@ -1,0 +1,1 @@
+"""The turn console: server-rendered pages (``pages``), their markup (``views``), ``static/``."""

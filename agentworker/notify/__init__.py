@@ -1,0 +1,1 @@
+"""Telling others what turns do: event streams, outbound webhooks, signatures."""

@@ -1,0 +1,1 @@
+"""Operating the fleet: metrics, traces, structured logs, health checks, Celery signals."""

@@ -1,0 +1,300 @@
+"""What every runner operation shares: the one commit, ownership checks, events, closing.
+
+``TurnKernel.commit`` is the one place where a turn is written (DESIGN.md, invariant 8).
+Events about a change wait on the turn until the commit that makes the change: the store
+writes them with it and numbers them, and only then do listeners get them (invariant 9).
+Provisional progress events (model/tool started, deltas) go out at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from runner_core._engine import tracing
+from runner_core.agent import AgentLoader
+from runner_core.errors import ConcurrentModificationError, LeaseLostError, StoreUnavailableError
+from runner_core.events import PROVISIONAL, AgentEvent, AgentEventType, EventBus, make_event
+from runner_core.messages import AiMessage, ToolMessage
+from runner_core.middleware import Middleware
+from runner_core.planning import TaskStatus
+from runner_core.policy import AgentExecutionPolicy
+from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo
+from runner_core.status import AgentTurnStatus
+from runner_core.store import AgentTurnStore, Commit, SaveResult, TurnControl
+from runner_core.turn import AgentTurn
+
+TERMINAL_EVENT = {
+    AgentTurnStatus.COMPLETED: AgentEventType.TURN_COMPLETED,
+    AgentTurnStatus.FAILED: AgentEventType.TURN_FAILED,
+    AgentTurnStatus.CANCELLED: AgentEventType.TURN_CANCELLED,
+    AgentTurnStatus.MAX_ITERATIONS_REACHED: AgentEventType.MAX_ITERATIONS_REACHED,
+    AgentTurnStatus.MAX_STEPS_REACHED: AgentEventType.MAX_STEPS_REACHED,
+    AgentTurnStatus.BUDGET_EXCEEDED: AgentEventType.BUDGET_EXCEEDED,
+}
+
+T = TypeVar("T")
+AfterSave = Callable[[AgentTurn], None]
+OnTerminal = Callable[[AgentTurn, SaveResult], None]
+EventSpec = tuple[AgentEventType, dict[str, Any]]
+
+#: A writer without a lease retries an unavailable store this often (a blip), then raises.
+UNLEASED_TRIES = 3
+_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.5)
+
+
+class TurnKernel:
+    """The runner's services as the step machine sees them."""
+
+    def __init__(
+        self,
+        store: AgentTurnStore,
+        bus: EventBus,
+        policy: AgentExecutionPolicy,
+        middleware: Sequence[Middleware],
+        loader: AgentLoader,
+        after_save: AfterSave | None = None,
+        on_terminal: OnTerminal | None = None,
+        wakes: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.store = store
+        #: Whether a wake-up follows a commit that leaves a turn runnable (a dispatcher).
+        self.wakes = wakes
+        self.loader = loader
+        self.on_terminal = on_terminal
+        self.bus = bus
+        self.default_policy = policy
+        self.runner_middleware = tuple(middleware)
+        self.after_save = after_save
+        self._chains: dict[int, tuple[Middleware, ...]] = {}
+        self._rid_prefix = uuid.uuid4().hex[:16]
+        self._rids = itertools.count()
+        #: Whether the store keeps committed events (then they are built even unheard).
+        self.store_records_events = bool(getattr(store, "records_events", True))
+
+    def policy(self, turn: AgentTurn) -> AgentExecutionPolicy:
+        """The turn's own policy, else the runner's."""
+        return turn.state.policy or self.default_policy
+
+    def middleware(self, turn: AgentTurn) -> tuple[Middleware, ...]:
+        """Runner middleware (outermost first), then the agent's."""
+        agent_mw = turn.agent.middleware
+        if not agent_mw:
+            return self.runner_middleware
+        key = id(agent_mw)
+        chain = self._chains.get(key)
+        if chain is None:
+            chain = self._chains[key] = self.runner_middleware + agent_mw
+        return chain
+
+    # -- events ---------------------------------------------------------------------------
+    def emit(self, turn: AgentTurn, type: AgentEventType, **data: Any) -> None:
+        """A provisional event goes out now; any other waits for the turn's next commit."""
+        if type in PROVISIONAL:
+            if self.bus.active:
+                self.bus.deliver(make_event(turn.state, type, data, attempt=attempt_of(turn)))
+        elif self.bus.active or self.store_records_events:
+            turn.pending_events.append(make_event(turn.state, type, data))
+
+    def _events(
+        self, turn: AgentTurn, version: int, after: Sequence[EventSpec]
+    ) -> tuple[AgentEvent, ...]:
+        if not (self.bus.active or self.store_records_events):
+            return ()
+        st = turn.state
+        saved = make_event(st, AgentEventType.SNAPSHOT_SAVED, {"version": version})
+        later = [make_event(st, kind, data) for kind, data in after]
+        return (*turn.pending_events, saved, *later)
+
+    # -- ownership --------------------------------------------------------------------------
+    def control(self, turn: AgentTurn) -> TurnControl:
+        """Re-read the stored control fields; the cancel flag is merged into the turn.
+
+        Ridden out like a commit while the store is unavailable: a peek follows a model
+        call whose answer is not saved yet, and giving up would throw that answer away.
+        """
+        turn_id = turn.state.id
+        control = self._patiently(turn, lambda: self.store.peek(turn_id))
+        if control.cancel_requested:
+            turn.state.cancel_requested = True
+        return control
+
+    def guard(self, turn: AgentTurn) -> None:
+        """Before a side effect: hold the lease (worker mode) or see nobody else does."""
+        held = turn.held_lease
+        if held is not None:
+            held.check()
+            if not held.take_fresh():
+                self.control(turn)  # the cancel flag is re-read before side effects here too
+            return
+
+        st = turn.state
+        control = self.control(turn)
+        if control.version != st.version:
+            raise ConcurrentModificationError(st.id, st.version, control.version)
+        lease = control.live_lease
+        if lease is not None:
+            raise LeaseLostError(st.id, f"turn is leased by worker {lease.owner!r}")
+
+    # -- the one door -------------------------------------------------------------------------
+    def commit(
+        self,
+        turn: AgentTurn,
+        children: Sequence[AgentTurnSnapshot] = (),
+        *,
+        last: bool = False,
+        after: Sequence[EventSpec] = (),
+    ) -> SaveResult:
+        """Write the turn (and create ``children``) with its events: the one door.
+
+        The turn's waiting events, SNAPSHOT_SAVED, then ``after`` ride in the same atomic
+        write and reach listeners only once it landed. ``last``: nothing follows in this
+        step; a worker that asked for it gives its lease back in the same write (after
+        which any further write raises ``LeaseLostError``). A refused commit changes
+        nothing stored and drops the waiting events: the work they describe never happened.
+        """
+        held = turn.held_lease
+        if held is not None:
+            held.check()
+        st = turn.state
+        st.updated_at = time.time()
+        release = last and held is not None and held.release_on_last_save
+        commit = Commit(
+            snapshot=st,
+            expected_version=st.version,
+            request_id=f"{self._rid_prefix}-{next(self._rids)}",
+            lease=held.ref() if held is not None else None,
+            release=release,
+            children=tuple(children),
+            events=self._events(turn, st.version + 1, after),
+            wake=(held is None or release) and self.wakes(),
+        )
+        try:
+            result = self._write(turn, commit)
+        finally:
+            turn.pending_events = []
+        st.version = result.version
+        if commit.events:
+            st.event_sequence = result.first_sequence + len(commit.events) - 1
+        if result.lease_released and held is not None:
+            held.released_by_save()
+        if result.cancel_requested:
+            st.cancel_requested = True
+        if turn.trace is tracing.ON:
+            tracing.committed(result.version, len(commit.events))
+        if self.after_save is not None:
+            self.after_save(turn)
+        if self.bus.active:
+            for i, event in enumerate(commit.events):
+                self.bus.deliver(event.sequenced(result.first_sequence + i))
+        return result
+
+    def _write(self, turn: AgentTurn, commit: Commit) -> SaveResult:
+        """``store.commit``, again with the same request id while the store is unavailable.
+
+        The write is idempotent by request id: a reply lost in a blip is answered by the
+        replay.
+        """
+        return self._patiently(turn, lambda: self.store.commit(commit))
+
+    def _patiently(self, turn: AgentTurn, call: Callable[[], T]) -> T:
+        """``call()``, again while the store is unavailable.
+
+        A lease holder tries until its lease runs out, others a few times.
+        """
+        held = turn.held_lease
+        for attempt in range(10_000):
+            try:
+                return call()
+            except StoreUnavailableError:
+                if held is None and attempt + 1 >= UNLEASED_TRIES:
+                    raise
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                if held is not None:
+                    held.check()  # LeaseLostError once the lease may have run out
+        raise AssertionError("unreachable")
+
+    def finish(
+        self,
+        turn: AgentTurn,
+        status: AgentTurnStatus,
+        reason: str | None = None,
+        error: BaseException | None = None,
+        *,
+        in_step: bool = False,
+    ) -> SaveResult:
+        """End the turn: close an abnormal history, commit with its terminal events."""
+        st = turn.state
+        if status is not AgentTurnStatus.COMPLETED:
+            reason = reason or status.value.lower()
+            close_history(st, self.policy(turn), reason)
+            close_plan(st, reason)
+            st.terminal_reason = reason
+            if error is not None:
+                st.error = ErrorInfo.of(error)
+                turn.live_error = error
+        st.status = status
+        st.suspension = None
+        st.next_runnable_at = None
+        st.child_results = {}
+        after: list[EventSpec] = [(AgentEventType.STEP_COMPLETED, {})] if in_step else []
+        terminal = {"reason": st.terminal_reason, "final_output": st.final_output}
+        after.append((TERMINAL_EVENT[status], terminal))
+        result = self.commit(turn, last=True, after=after)
+        if self.on_terminal is not None:
+            self.on_terminal(turn, result)
+        return result
+
+    def cancellation_reason(self, turn: AgentTurn) -> str:
+        """The caller's reason (stored by whichever runner asked), else the policy's."""
+        st = turn.state
+        if st.cancel_requested and st.cancel_reason is None:
+            st.cancel_reason = self.store.load(st.id).cancel_reason
+        return st.cancel_reason or self.policy(turn).cancellation_reason
+
+
+def attempt_of(turn: AgentTurn) -> str:
+    """What marks this attempt's provisional events: the lease id, or a random step id."""
+    if turn.held_lease is not None:
+        return turn.held_lease.lease_id
+    if turn.attempt_id is None:
+        turn.attempt_id = uuid.uuid4().hex[:16]
+    return turn.attempt_id
+
+
+def close_history(st: AgentTurnSnapshot, policy: AgentExecutionPolicy, reason: str) -> None:
+    """Answer every pending call and add one closing AiMessage (abnormal ends only)."""
+    for call in st.pending_tool_calls:
+        text = _fill(
+            policy.interrupted_tool_message_template,
+            reason=reason,
+            turnId=st.id,
+            toolCallId=call.id,
+            toolName=call.name,
+        )
+        st.messages.append(
+            ToolMessage(call_id=call.id, name=call.name, content=text, is_error=True)
+        )
+    st.pending_tool_calls = []
+    text = _fill(policy.interrupted_turn_message_template, reason=reason, turnId=st.id)
+    st.messages.append(AiMessage(text))
+
+
+def close_plan(st: AgentTurnSnapshot, reason: str) -> None:
+    """An abnormal end also ends the plan: running tasks are cancelled, pending skipped."""
+    if st.task_plan is None:
+        return
+    for task in st.task_plan.tasks:
+        if task.status is TaskStatus.RUNNING:
+            task.status, task.error = TaskStatus.CANCELLED, reason
+        elif task.status is TaskStatus.PENDING:
+            task.status, task.error = TaskStatus.SKIPPED, reason
+
+
+def _fill(template: str, **values: str) -> str:
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return template

@@ -1,0 +1,423 @@
+"""One step of a turn: the whole state machine, top to bottom.
+
+A step checks the cancel flag, ownership and limits, then (inside the step middleware)
+either asks the model once (phase MODEL) or works through the pending tool calls (phase
+TOOLS). Each phase returns an ``Outcome``; ``_apply`` turns it into saved state and events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, assert_never
+
+from runner_core._engine import budget
+from runner_core._engine.calls import call_model, checked_message, invoke_tool, is_retryable
+from runner_core._engine.children import (
+    advance_plan,
+    is_plan_call,
+    planning_policy,
+    settle_children,
+    store_plan,
+)
+from runner_core._engine.kernel import TurnKernel
+from runner_core.context import UserInputRequested
+from runner_core.errors import ConcurrentModificationError, LeaseLostError
+from runner_core.events import AgentEventType as E
+from runner_core.messages import ToolCall, ToolMessage
+from runner_core.middleware import chain_model, chain_step, chain_tool
+from runner_core.models.base import ModelRequest
+from runner_core.models.function import INVALID_ARGUMENTS_KEY
+from runner_core.planning import UPDATE_PLAN, TaskStatus, plan_result
+from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, SuspensionType
+from runner_core.status import AgentTurnPhase as Phase
+from runner_core.status import AgentTurnStatus as Status
+from runner_core.tools import (
+    ApprovalDecision,
+    InvalidToolArguments,
+    Tool,
+    error_content,
+)
+from runner_core.turn import AgentStepResult, AgentTurn
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """The step's work is saved (by ``_apply``, then ``events`` emitted); it may go on."""
+
+    events: tuple[tuple[E, dict[str, Any]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """The turn blocks until a resume command (or its children) wakes it."""
+
+    status: Status
+    suspension: Suspension
+    notice: E
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A retryable failure with retries left: schedule it and resume in ``phase``."""
+
+    error: BaseException
+    phase: Phase
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The turn ends with ``status``."""
+
+    status: Status
+    reason: str | None = None
+    error: BaseException | None = None
+
+
+Outcome = Continue | Suspend | Retry | Finish
+
+_INFRA_ERRORS = (LeaseLostError, ConcurrentModificationError)
+
+
+def run_step(kernel: TurnKernel, turn: AgentTurn) -> AgentStepResult:
+    """Advance ``turn`` by one stable step (a no-op for a turn that cannot step now)."""
+    return _Step(kernel, turn).run()
+
+
+class _Step:
+    def __init__(self, kernel: TurnKernel, turn: AgentTurn) -> None:
+        self.k = kernel
+        self.turn = turn
+        self.st = turn.state
+        self.policy = kernel.policy(turn)
+        self.result = AgentStepResult()
+        self.guarded = False
+
+    # -- entry --------------------------------------------------------------------------
+    def run(self) -> AgentStepResult:
+        st, k = self.st, self.k
+        if st.status.is_terminal:
+            return self.result
+        k.guard(self.turn)
+        self.guarded = True
+        now = k.store.now() if st.status is Status.RETRY_SCHEDULED else 0.0
+        if not st.cancel_requested and not may_step(st, now):
+            return self.result
+        if st.cancel_requested:
+            return self._end(Finish(Status.CANCELLED, k.cancellation_reason(self.turn)))
+        self._enter()
+        if st.step_count >= self.policy.max_steps:
+            return self._end(
+                Finish(Status.MAX_STEPS_REACHED, f"max_steps ({self.policy.max_steps}) reached")
+            )
+        if reason := budget.at_step_entry(st, self.policy.budget, k.store.now):
+            return self._end(Finish(Status.BUDGET_EXCEEDED, reason))
+        if advance_plan(k, self.turn):
+            return self.result
+        st.step_count += 1
+        return chain_step(k.middleware(self.turn), self.turn, self._body)
+
+    def _enter(self) -> None:
+        st = self.st
+        if st.status is Status.WAITING_FOR_CHILD:
+            settle_children(self.k, self.turn)  # every awaited child has reported
+        elif st.status is Status.READY:
+            st.status = Status.RUNNING
+            self.k.emit(self.turn, E.TURN_STARTED if st.step_count == 0 else E.TURN_RESUMED)
+        elif st.status is Status.RETRY_SCHEDULED:
+            st.phase = st.suspension.resume_phase if st.suspension else st.phase
+            st.status, st.suspension, st.next_runnable_at = Status.RUNNING, None, None
+            self.k.emit(self.turn, E.TURN_RESUMED, retry=st.retry_count)
+
+    def _body(self) -> AgentStepResult:
+        self.k.emit(self.turn, E.STEP_STARTED)
+        outcome = self._model() if self.st.phase is Phase.MODEL else self._tools()
+        self._apply(outcome, in_step=True)
+        return self.result
+
+    def _end(self, outcome: Outcome) -> AgentStepResult:
+        self._apply(outcome, in_step=False)
+        return self.result
+
+    # -- phase MODEL --------------------------------------------------------------------
+    def _model(self) -> Outcome:
+        st, turn, agent = self.st, self.turn, self.turn.agent
+        if st.iteration_count >= agent.max_iterations:
+            return Finish(
+                Status.MAX_ITERATIONS_REACHED, f"max_iterations ({agent.max_iterations}) reached"
+            )
+        if not self.guarded:
+            self.k.guard(turn)
+        st.iteration_count += 1
+        self.guarded = False
+        request = ModelRequest(
+            [*agent.system_messages, *st.messages],
+            agent.tool_specs,
+            dict(agent.model_settings),
+        )
+        self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
+        try:
+            response = chain_model(
+                self.k.middleware(turn), turn, partial(call_model, self.k, turn)
+            )(request)
+            message = checked_message(response, turn)
+        except Exception as exc:
+            return self._failure(exc, Phase.MODEL)
+        self.result.response = response
+        st.usage = st.usage + response.usage
+        st.messages.append(message)
+        st.pending_tool_calls = list(message.tool_calls)
+        self.k.emit(
+            turn,
+            E.MODEL_COMPLETED,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            tool_calls=[c.name for c in message.tool_calls],
+        )
+        # The cancel flag is re-read after the model call: by a peek before a final answer,
+        # by the save that records the tool calls otherwise (one round trip, not two).
+        final = not message.tool_calls
+        if final and self.k.control(turn).cancel_requested:
+            return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
+        if reason := budget.after_model(st, self.policy.budget, self.k.store.now):
+            return Finish(Status.BUDGET_EXCEEDED, reason)
+        if final:
+            st.final_output = message.text or ""
+            return Finish(Status.COMPLETED)
+        st.phase = Phase.TOOLS
+        return Continue()  # saved by _apply: the calls are recorded before any of them runs
+
+    # -- phase TOOLS --------------------------------------------------------------------
+    def _tools(self) -> Outcome:
+        st = self.st
+        while st.pending_tool_calls:
+            outcome = self._call(st.pending_tool_calls[0])
+            if outcome is not None:
+                return outcome
+            if st.cancel_requested:
+                return Finish(Status.CANCELLED, self.k.cancellation_reason(self.turn))
+        st.phase = Phase.MODEL
+        return Continue()
+
+    def _call(self, call: ToolCall) -> Outcome | None:
+        st, turn = self.st, self.turn
+        if is_plan_call(turn, call):
+            return self._plan_call(call)
+        tool = turn.agent.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(turn.agent.tools)) or "none"
+            return self._refuse(
+                call, "unknown_tool", f"unknown tool {call.name!r} (available: {known})"
+            )
+        if INVALID_ARGUMENTS_KEY in call.arguments:
+            raw = str(call.arguments[INVALID_ARGUMENTS_KEY])[:200]
+            return self._refuse(
+                call, "invalid_arguments", f"arguments are not a JSON object: {raw}"
+            )
+        try:
+            tool.validate(call.arguments)
+        except InvalidToolArguments as exc:
+            return self._refuse(call, "invalid_arguments", str(exc))
+        if call.id in st.rejected_calls:
+            return self._refuse(call, "tool_rejected", st.rejected_calls[call.id])
+        approved = call.id in st.approved_call_ids
+        decision = ApprovalDecision.ALLOW if approved else tool.approval(turn, call)
+        if decision is ApprovalDecision.DENY:
+            return self._refuse(call, "tool_denied", f"tool {call.name!r} is not allowed here")
+        if decision is ApprovalDecision.REQUIRE:
+            return Suspend(
+                Status.WAITING_FOR_APPROVAL,
+                Suspension(
+                    type=SuspensionType.TOOL_APPROVAL,
+                    correlation_id=call.id,
+                    message=f"approve {call.name}?",
+                    resume_phase=Phase.TOOLS,
+                    metadata={"tool": call.name, "arguments": call.arguments},
+                ),
+                E.TOOL_APPROVAL_REQUESTED,
+            )
+        if reason := budget.before_tool(st, self.policy.budget, self.k.store.now):
+            return Finish(Status.BUDGET_EXCEEDED, reason)
+        return self._execute(tool, call)
+
+    def _plan_call(self, call: ToolCall) -> Outcome | None:
+        plan = self.st.task_plan
+        if plan is None or plan.call_id != call.id:
+            reason = store_plan(self.turn, call)
+            if reason:
+                return self._refuse(call, "invalid_plan", reason)
+            kind = E.PLAN_UPDATED if call.name == UPDATE_PLAN else E.PLAN_CREATED
+            assert self.st.task_plan is not None
+            return Continue(((kind, {"plan": self.st.task_plan.model_dump(mode="json")}),))
+        content = plan_result(plan)
+        self.k.emit(
+            self.turn,
+            E.TOOL_COMPLETED,
+            call_id=call.id,
+            tool=call.name,
+            is_error=False,
+            content=content[:500],
+        )
+        self._answer(call, ToolMessage(call_id=call.id, name=call.name, content=content))
+
+        policy = planning_policy(self.turn)
+        done = all(t.status is TaskStatus.COMPLETED for t in plan.tasks)
+        if policy and not policy.final_summary and done and not self.st.pending_tool_calls:
+            self.st.final_output = "\n\n".join(t.result or "" for t in plan.tasks)
+            return Finish(Status.COMPLETED)
+        return None
+
+    def _execute(self, tool: Tool, call: ToolCall) -> Outcome | None:
+        st, turn, k = self.st, self.turn, self.k
+        if not self.guarded:
+            k.guard(turn)
+            if st.cancel_requested:
+                return Finish(Status.CANCELLED, k.cancellation_reason(turn))
+        self.guarded = False
+        k.emit(turn, E.TOOL_STARTED, call_id=call.id, tool=call.name, arguments=call.arguments)
+        try:
+            invoke = partial(invoke_tool, k, turn, tool)
+            message = chain_tool(k.middleware(turn), turn, invoke)(call)
+        except UserInputRequested as ask:
+            return Suspend(
+                Status.WAITING_FOR_USER,
+                Suspension(
+                    type=SuspensionType.USER_INPUT,
+                    correlation_id=call.id,
+                    message=ask.prompt,
+                    resume_phase=Phase.TOOLS,
+                    metadata={"tool": call.name, "schema": ask.schema},
+                ),
+                E.TOOL_INPUT_REQUESTED,
+            )
+        except InvalidToolArguments as exc:
+            return self._refuse(call, "invalid_arguments", str(exc))
+        except Exception as exc:
+            if isinstance(exc, _INFRA_ERRORS):
+                raise
+            k.emit(
+                turn,
+                E.TOOL_FAILED,
+                call_id=call.id,
+                tool=call.name,
+                error=ErrorInfo.of(exc).model_dump(),
+            )
+            if self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL":
+                content = error_content("tool_error", str(exc), exception=type(exc).__name__)
+                return self._answer(
+                    call,
+                    ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True),
+                )
+            self.result.error = exc
+            return self._failure(exc, Phase.TOOLS)
+        st.tool_call_count += 1
+        k.emit(
+            turn,
+            E.TOOL_FAILED if message.is_error else E.TOOL_COMPLETED,
+            call_id=call.id,
+            tool=call.name,
+            is_error=message.is_error,
+            content=message.content[:500],
+        )
+        return self._answer(call, message)
+
+    def _refuse(self, call: ToolCall, kind: str, message: str) -> Outcome | None:
+        self.k.emit(
+            self.turn,
+            E.TOOL_FAILED,
+            call_id=call.id,
+            tool=call.name,
+            error={"type": kind, "message": message},
+        )
+        content = error_content(kind, message, tool=call.name)
+        return self._answer(
+            call, ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
+        )
+
+    def _answer(self, call: ToolCall, message: ToolMessage) -> Outcome | None:
+        st = self.st
+        st.messages.append(message)
+        st.pending_tool_calls.pop(0)
+        if call.id in st.approved_call_ids:
+            st.approved_call_ids.remove(call.id)
+        st.rejected_calls.pop(call.id, None)
+        st.submitted_inputs.pop(call.id, None)
+        self.result.tool_messages.append(message)
+        if st.pending_tool_calls:
+            self.k.commit(self.turn)  # saved before the next call runs
+        else:
+            st.phase = Phase.MODEL  # saved by the step's last save, right after
+        return None
+
+    # -- failures and outcomes -----------------------------------------------------------
+    def _failure(self, exc: Exception, phase: Phase) -> Outcome:
+        if isinstance(exc, _INFRA_ERRORS):
+            raise exc
+        self.result.error = exc
+        self.turn.live_error = exc
+        if is_retryable(exc) and self.st.retry_count < self.policy.retry.max_retries:
+            return Retry(exc, phase)
+        return Finish(Status.FAILED, f"{type(exc).__name__}: {exc}", exc)
+
+    def _apply(self, outcome: Outcome, *, in_step: bool) -> None:
+        st, k, turn = self.st, self.k, self.turn
+        done: list[tuple[E, dict[str, Any]]] = [(E.STEP_COMPLETED, {})] if in_step else []
+        match outcome:
+            case Continue(events=events):
+                saved = k.commit(turn, last=True, after=[*events, *done])
+                if saved.cancel_requested and not saved.lease_released:
+                    # the commit re-read the cancel flag; a released turn ends at its next step
+                    cancel = Finish(Status.CANCELLED, k.cancellation_reason(turn))
+                    return self._apply(cancel, in_step=False)
+            case Suspend(status=status, suspension=suspension, notice=notice):
+                st.status, st.suspension = status, suspension
+                data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
+                after = [(notice, {**data, **suspension.metadata}), (E.TURN_SUSPENDED, data)]
+                k.commit(turn, last=True, after=[*done, *after])
+            case Retry(error=error, phase=phase):
+                ended = self._schedule_retry(error, phase, done)
+                if ended is not None:
+                    return self._apply(ended, in_step=in_step)
+            case Finish(status=status, reason=reason, error=error):
+                k.finish(turn, status, reason, error, in_step=in_step)
+            case _:
+                assert_never(outcome)
+
+    def _schedule_retry(
+        self, error: BaseException, phase: Phase, done: list[tuple[E, dict[str, Any]]]
+    ) -> Finish | None:
+        st = self.st
+        st.retry_count += 1
+        now = self.k.store.now()
+        delay = self.policy.retry.delay(
+            st.retry_count, at_least=getattr(error, "retry_after", None)
+        )
+        limit = self.policy.budget.max_duration_seconds
+        if limit is not None and now + delay - st.created_at >= limit:
+            due = now + delay - st.created_at
+            reason = f"max_duration_seconds (retry due at {due:.3f}, limit={limit})"
+            return Finish(Status.BUDGET_EXCEEDED, reason, error)
+        st.status, st.phase, st.next_runnable_at = Status.RETRY_SCHEDULED, phase, now + delay
+        st.error = ErrorInfo.of(error)
+        st.suspension = Suspension(
+            type=SuspensionType.RETRY,
+            message=str(error),
+            resume_phase=phase,
+            metadata={"attempt": st.retry_count, "delay": delay},
+        )
+        notice = {
+            "attempt": st.retry_count,
+            "next_runnable_at": st.next_runnable_at,
+            "error": ErrorInfo.of(error).model_dump(),
+        }
+        self.k.commit(self.turn, last=True, after=[*done, (E.RETRY_SCHEDULED, notice)])
+        return None
+
+
+def may_step(st: AgentTurnSnapshot, now: float) -> bool:
+    """Whether a step would advance the turn now (cancel requests aside)."""
+    if st.status in (Status.READY, Status.RUNNING):
+        return True
+    if st.status is Status.WAITING_FOR_CHILD:
+        return st.all_children_reported()
+    return st.status is Status.RETRY_SCHEDULED and (st.next_runnable_at or 0.0) <= now

@@ -1,0 +1,199 @@
+"""Metrics recorded by step_once, sweep_once and the metrics middleware (default registry)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from prometheus_client import REGISTRY  # noqa: E402
+
+from agentworker.fleet.stepping import step_once, sweep_once  # noqa: E402
+from agentworker.ops import metrics  # noqa: E402
+from runner_core import (  # noqa: E402
+    AgentResumeCommand,
+    AgentRunner,
+    AgentTurnOptions,
+    AgentTurnStatus,
+    InMemoryAgentLoader,
+    InMemoryAgentTurnStore,
+)
+from tests.support.observed import CHILD, MODEL, POLICY, ROOT, agents, memory_fail_once  # noqa: E402
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def drain(runner: AgentRunner, queue: list[str]) -> list[str]:
+    """Step every dispatched turn, as workers would; returns the outcomes."""
+    outcomes = []
+    while queue:
+        outcomes.append(step_once(runner, queue.pop(0), "w1"))
+    return outcomes
+
+
+def test_a_turn_on_workers_is_counted_timed_and_its_tokens_summed() -> None:
+    # Given a runner as a worker builds it (metrics middleware) and a queue of wake-ups
+    store = InMemoryAgentTurnStore()
+    runner = AgentRunner(
+        store,
+        InMemoryAgentLoader(agents(memory_fail_once())),
+        middleware=metrics.middleware(),
+    )
+    queue: list[str] = []
+    runner.dispatcher = queue.append
+    before = {
+        "completed": value("agentworker_steps_total", outcome="COMPLETED"),
+        "ended": value("agentworker_turns_ended_total", agent=ROOT, status="COMPLETED"),
+        "tokens": value("agentworker_tokens_total", agent=ROOT, model=MODEL, direction="input"),
+        "lookups": value("agentworker_tool_call_duration_seconds_count", agent=ROOT, tool="lookup"),
+        "errors": value(
+            "agentworker_model_call_errors_total", agent=ROOT, model=MODEL, error="ModelError"
+        ),
+        "latency": value("agentworker_wakeup_latency_seconds_count"),
+        "not_runnable": value("agentworker_steps_total", outcome="not-runnable"),
+        "due": value("agentworker_sweep_woken_total", kind="due"),
+        "sweeps": value("agentworker_sweep_duration_seconds_count"),
+    }
+
+    # When the scenario runs: approval, a retry woken by a sweep, two children
+    turn = runner.start(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
+    drain(runner, queue)
+    runner.submit_resume(turn.id, AgentResumeCommand.approve_tool("pay-1"))
+    drain(runner, queue)
+    assert runner.restore(turn.id).status is AgentTurnStatus.RETRY_SCHEDULED
+    time.sleep(0.1)
+    sweep_once(runner, lost_after=60.0)
+    outcomes = drain(runner, queue)
+    assert runner.restore(turn.id).status is AgentTurnStatus.COMPLETED
+    step_once(runner, turn.id, "w1")  # a duplicate wake-up after the end
+
+    # Then steps, turns, tokens, tool and model calls, wake-ups and sweeps are counted
+    assert outcomes.count("COMPLETED") == 3  # two children and the root
+    assert value("agentworker_steps_total", outcome="COMPLETED") - before["completed"] == 3
+    assert value("agentworker_steps_total", outcome="not-runnable") - before["not_runnable"] == 1
+    assert (
+        value("agentworker_turns_ended_total", agent=ROOT, status="COMPLETED") - before["ended"]
+        == 1
+    )
+    assert value("agentworker_turns_ended_total", agent=CHILD, status="COMPLETED") >= 2
+    tokens = value("agentworker_tokens_total", agent=ROOT, model=MODEL, direction="input")
+    assert tokens - before["tokens"] == 10 * 4  # four successful model calls of the root
+    lookups = value("agentworker_tool_call_duration_seconds_count", agent=ROOT, tool="lookup")
+    assert lookups - before["lookups"] == 2
+    errors = value(
+        "agentworker_model_call_errors_total", agent=ROOT, model=MODEL, error="ModelError"
+    )
+    assert errors - before["errors"] == 1
+    assert value("agentworker_wakeup_latency_seconds_count") - before["latency"] >= 8
+    assert value("agentworker_sweep_woken_total", kind="due") - before["due"] == 1
+    assert value("agentworker_sweep_duration_seconds_count") - before["sweeps"] == 1
+    assert value("agentworker_step_duration_seconds_count", agent=ROOT) > 0
+
+
+def test_fenced_steps_are_counted_by_reason() -> None:
+    store = InMemoryAgentTurnStore()
+    runner = AgentRunner(store, InMemoryAgentLoader(agents(memory_fail_once())))
+    turn = runner.start(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
+    before = value("agentworker_fenced_steps_total", reason="lease_lost")
+
+    # Given a worker whose lease is taken over in the middle of its step
+    original = runner.step
+
+    def stolen(t: object, *, release: bool = False) -> object:
+        assert t.held_lease is not None  # type: ignore[attr-defined]
+        t.held_lease.lost = True  # type: ignore[attr-defined]
+        return original(t, release=release)  # type: ignore[arg-type]
+
+    runner.step = stolen  # type: ignore[method-assign]
+    assert step_once(runner, turn.id, "w1") == "fenced"
+    assert value("agentworker_fenced_steps_total", reason="lease_lost") - before == 1
+
+
+def test_turn_counts_come_from_the_memory_store() -> None:
+    store = InMemoryAgentTurnStore()
+    runner = AgentRunner(store, InMemoryAgentLoader(agents(memory_fail_once())))
+    runner.start(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
+    waiting = runner.run(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
+    assert waiting.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+    collector = metrics.TurnCountCollector(store)
+    [family] = list(collector.collect())
+    counts = {s.labels["state"]: s.value for s in family.samples}
+    assert counts == {
+        "live": 2,
+        "runnable": 1,
+        "leased": 0,
+        "waiting_for_children": 0,
+        "quarantined": 0,
+    }
+
+
+def test_the_exposition_names_every_metric_with_its_labels() -> None:
+    metrics.step_done("COMPLETED", None, 0.01)
+    metrics.webhook_delivered("delivered")
+    metrics.queue_depth("agentworker.steps", 3)
+    text, content_type = metrics.exposition(metrics.registry(InMemoryAgentTurnStore()))
+    body = text.decode()
+    assert content_type.startswith("text/plain")
+    for name in metric_names():
+        assert f"# TYPE {name} " in body, name
+    assert 'agentworker_queue_depth{queue="agentworker.steps"} 3.0' in body
+    assert 'agentworker_turns{state="live"} 0.0' in body
+
+
+def metric_names() -> list[str]:
+    """Every metric family name this package exposes (docs/observability.md lists them)."""
+    m = metrics.metrics()
+    assert m is not None
+    families = [family for metric in vars(m).values() for family in metric.describe()]
+    names = [f.name + ("_total" if f.type == "counter" else "") for f in families]
+    return [*names, "agentworker_turns"]
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+def test_turn_counts_from_the_redis_indexes(tmp_path: Path, kind: str) -> None:
+    from stores import RedisAgentTurnStore
+    from stores.redis.counts import turn_counts
+    from tests.support.cluster import LocalCluster
+    from tests.support.servers import RedisServer
+
+    server = RedisServer(tmp_path).start() if kind == "redis" else LocalCluster(tmp_path).start()
+    try:
+        store = RedisAgentTurnStore(server.url, namespace="counts")
+        runner = AgentRunner(store, InMemoryAgentLoader(agents(memory_fail_once())))
+        runner.start(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
+        waiting = runner.run(ROOT, "go", options=AgentTurnOptions(policy=POLICY))
+        assert waiting.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+        assert turn_counts(store) == {
+            "live": 2,
+            "runnable": 1,
+            "leased": 0,
+            "waiting_for_children": 0,
+            "quarantined": 0,
+        }
+        assert metrics.store_turn_counts(store) == turn_counts(store)
+        store.close()
+    finally:
+        server.stop()
+
+
+def test_webhook_delivery_attempts_are_counted_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentworker.notify.webhooks
+    from agentworker.fleet.app import create_app
+
+    class Outbox:
+        def deliver(self, message_id: str) -> str:
+            return "retry" if message_id == "m2" else "delivered"
+
+    monkeypatch.setattr(agentworker.notify.webhooks, "outbox_of", lambda *a, **k: Outbox())
+    monkeypatch.setenv("AGENTWORKER_REDIS_URL", "redis://127.0.0.1:1/0")  # never connected
+    task = create_app().tasks["agentworker.deliver_webhook"]
+    before = value("agentworker_webhook_deliveries_total", outcome="delivered")
+    retries = value("agentworker_webhook_deliveries_total", outcome="retry")
+    assert [task.run("m1"), task.run("m2"), task.run("m3")] == ["delivered", "retry", "delivered"]
+    assert value("agentworker_webhook_deliveries_total", outcome="delivered") - before == 2
+    assert value("agentworker_webhook_deliveries_total", outcome="retry") - retries == 1

@@ -1,0 +1,74 @@
+"""``make test-min``: unit, contract, end-to-end and cluster tests at the lowest versions.
+
+Builds ``.venv-min`` (once per pyproject.toml change) with every runtime dependency pinned
+to its floor (``floors.py``) and the test tools unpinned, then runs pytest from it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.repo.install.floors import floors
+
+ROOT = Path(__file__).resolve().parents[3]
+VENV = ROOT / ".venv-min"
+# standardwebhooks: the reference library the HTTP and webhook tests verify signatures with.
+TEST_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "pyyaml", "httpx", "standardwebhooks"]
+SUITES = ["tests/unit", "tests/contract", "tests/e2e", "tests/cluster"]
+
+
+def build() -> Path:
+    """The venv's python, (re)installed when pyproject.toml is newer than its stamp."""
+    python = VENV / "bin" / "python"
+    stamp = VENV / ".installed"
+    pyproject = ROOT / "pyproject.toml"
+    if stamp.exists() and stamp.stat().st_mtime >= pyproject.stat().st_mtime:
+        return python
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    pins = floors(pyproject)
+    VENV.mkdir(exist_ok=True)
+    constraints = VENV / "constraints.txt"
+    constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pins.items())))
+    print(f"test-min: installing the floors: {', '.join(f'{n}=={v}' for n, v in pins.items())}")
+    install = [str(python), "-m", "pip", "install", "-q", "-c", str(constraints)]
+    subprocess.run([*install, "-e", f"{ROOT}[all]", *TEST_TOOLS], check=True, cwd=ROOT)
+    stamp.touch()
+    return python
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them (pip prints some with underscores)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def main() -> None:
+    """Install if needed, check the pins took, run the suites."""
+    started = time.monotonic()
+    python = build()
+    listing = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
+    ).stdout.lower()
+    installed = {
+        canonical(name): version
+        for name, version in (line.split("==", 1) for line in listing.split() if "==" in line)
+    }
+    wrong = {
+        n: installed.get(canonical(n))
+        for n, v in floors(ROOT / "pyproject.toml").items()
+        if installed.get(canonical(n), "").split("+")[0] not in (v, v + ".0", v + ".0.0")
+    }
+    if wrong:
+        raise SystemExit(f"test-min: not at the floor: {wrong}")
+    args = [str(python), "-m", "pytest", *SUITES, "-p", "no:cacheprovider", *sys.argv[1:]]
+    code = subprocess.run(args, cwd=ROOT).returncode
+    print(f"test-min: {time.monotonic() - started:.0f} s")
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
