@@ -3,70 +3,50 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 from runner_core import (
     Agent,
-    AgentEvent,
-    AgentEventType,
     AiMessage,
-    FunctionModel,
     InMemoryAgentTurnStore,
     Middleware,
-    ModelRequest,
-    ModelResponse,
     ToolCall,
     ToolMessage,
     Usage,
 )
+from runner_core.testing import EventLog, ScriptedModel, asks, tool_call
 
-Reply = AiMessage | ModelResponse | str | BaseException | Callable[[ModelRequest], Any]
+__all__ = [
+    "EventLog",
+    "Recorder",
+    "Script",
+    "agent",
+    "ai_messages",
+    "ask",
+    "call",
+    "content",
+    "stored_ids",
+    "tool_messages",
+]
 
 
-class Script:
-    """A FunctionModel that plays ``replies`` in order and records every request.
-
-    A reply may be an ``AiMessage``, ``ModelResponse``, text, an exception (raised) or a
-    callable taking the request. Once the script runs out, ``then`` answers (default: an
-    error, so a test notices an unexpected extra model call).
-    """
-
-    def __init__(self, *replies: Reply, then: Reply | None = None) -> None:
-        self.replies = list(replies)
-        self.then = then
-        self.requests: list[ModelRequest] = []
-        self.model = FunctionModel(self._answer)
+class Script(ScriptedModel):
+    """A ``ScriptedModel`` the suites pass around as ``script.model`` next to its records."""
 
     @property
-    def calls(self) -> int:
-        return len(self.requests)
-
-    def _answer(self, request: ModelRequest) -> Any:
-        self.requests.append(request)
-        if self.replies:
-            reply = self.replies.pop(0)
-        elif self.then is not None:
-            reply = self.then
-        else:
-            raise AssertionError(f"unexpected model call #{len(self.requests)}")
-        if isinstance(reply, BaseException):
-            raise reply
-        if callable(reply):
-            return reply(request)
-        return reply
+    def model(self) -> ScriptedModel:
+        return self
 
 
 def call(name: str, call_id: str = "c1", **arguments: Any) -> ToolCall:
     """A tool call as a model would request it."""
-    return ToolCall(id=call_id, name=name, arguments=arguments)
+    return tool_call(name, call_id, **arguments)
 
 
 def ask(*calls: ToolCall, text: str | None = None, usage: Usage | None = None) -> Any:
     """A model reply that requests ``calls``."""
-    message = AiMessage(text, tool_calls=list(calls))
-    return ModelResponse(message, usage) if usage is not None else message
+    return asks(*calls, text=text, usage=usage)
 
 
 def tool_messages(messages: Iterable[Any]) -> list[ToolMessage]:
@@ -82,22 +62,6 @@ def content(message: ToolMessage) -> dict[str, Any]:
     value = json.loads(message.content)
     assert isinstance(value, dict)
     return value
-
-
-@dataclass
-class EventLog:
-    """A listener that keeps every event."""
-
-    events: list[AgentEvent] = field(default_factory=list)
-
-    def __call__(self, event: AgentEvent) -> None:
-        self.events.append(event)
-
-    def types(self, turn_id: str | None = None) -> list[AgentEventType]:
-        return [e.type for e in self.events if turn_id is None or e.turn_id == turn_id]
-
-    def of(self, type: AgentEventType) -> list[AgentEvent]:
-        return [e for e in self.events if e.type is type]
 
 
 class Recorder(Middleware):
