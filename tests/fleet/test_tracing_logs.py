@@ -27,7 +27,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     """A handler on the scenario's logger, switched to JSON as Celery's signal does it."""
     monkeypatch.setenv(logs.FORMAT_VARIABLE, "json")
     out = io.StringIO()
-    logger = logging.getLogger("tests.observed_agents")
+    logger = logging.getLogger("tests.support.observed")
     handler = logging.StreamHandler(out)
     holder = logging.getLogger("test-json-holder")
     holder.addHandler(handler)
@@ -60,7 +60,7 @@ def test_a_record_logged_in_a_step_carries_the_turn_fields(captured: io.StringIO
 
 
 def test_outside_a_step_records_have_no_turn_fields(captured: io.StringIO) -> None:
-    logging.getLogger("tests.observed_agents").warning("idle %d", 1)
+    logging.getLogger("tests.support.observed").warning("idle %d", 1)
     [line] = [json.loads(s) for s in captured.getvalue().splitlines()]
     assert line["message"] == "idle 1" and "turn_id" not in line
 
