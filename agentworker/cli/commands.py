@@ -237,7 +237,7 @@ def tail(
     """Follow the live events of a turn's tree until its root ends."""
     from agentworker.notify.streams import follow
     from agentworker.settings import Settings
-    from stores.redis.connection import make_client
+    from stores.redis import make_client
 
     settings = Settings()
     root_id = _runner().store.load(turn_id).root_turn_id

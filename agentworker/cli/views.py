@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, SuspensionType
-from stores.redis.codec import TurnSummary
+from stores.redis import TurnSummary
 
 
 def status_markup(status: str | AgentTurnStatus) -> str:

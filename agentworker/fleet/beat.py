@@ -20,7 +20,7 @@ from celery.beat import PersistentScheduler
 
 from agentworker.settings import Settings
 from runner_core.errors import StoreUnavailableError
-from stores.redis.connection import make_client
+from stores.redis import Keyspace, SweepGate, make_client
 
 log = logging.getLogger("agentworker.beat")
 
@@ -29,28 +29,11 @@ SWEEP_TASK = "agentworker.sweep"
 PENDING_INTERVALS = 5
 
 
-class SweepGate:
-    """The ``<namespace>:sweep:pending`` mark: set by beat on send, deleted by the sweep."""
-
-    def __init__(self, client: redis.Redis, namespace: str, ttl_seconds: float) -> None:
-        self.client = client
-        self.key = f"{namespace}:sweep:pending"
-        self.ttl_ms = max(1, int(ttl_seconds * 1000))
-
-    def acquire(self) -> bool:
-        """Mark a sweep as pending; false if one already is."""
-        return bool(self.client.set(self.key, "1", nx=True, px=self.ttl_ms))
-
-    def release(self) -> None:
-        """The pending sweep started (or was never sent): the next one may go."""
-        self.client.delete(self.key)
-
-
 @functools.lru_cache(maxsize=8)
 def sweep_gate(redis_url: str, namespace: str, sweep_interval: float) -> SweepGate:
     """The gate of one deployment (one client per process; redis-py reconnects after fork)."""
     client = make_client(redis_url, socket_timeout=2.0, connect_timeout=2.0)
-    return SweepGate(client, namespace, sweep_interval * PENDING_INTERVALS)
+    return SweepGate(client, Keyspace(namespace), sweep_interval * PENDING_INTERVALS)
 
 
 def gate_for(settings: Settings) -> SweepGate:

@@ -38,7 +38,7 @@ _clients: dict[str, Any] = {}
 
 
 def _webhook_redis(settings: Settings) -> Any:
-    from stores.redis.connection import make_client
+    from stores.redis import make_client
 
     if settings.redis_url not in _clients:
         _clients[settings.redis_url] = make_client(settings.redis_url)

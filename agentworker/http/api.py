@@ -410,7 +410,7 @@ def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> S
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        from stores.redis.connection import async_client  # a cluster for redis+cluster://
+        from stores.redis import async_client  # a cluster for redis+cluster://
 
         api.redis = async_client(settings.redis_url, connect_timeout=2, socket_timeout=5)
         try:

@@ -30,6 +30,7 @@ from agentworker.http.credentials import ANY_TENANT, Credential
 from agentworker.http.errors import ApiError, unauthorized
 from agentworker.notify.signing import secret_key
 from agentworker.notify.signing import sign as sign
+from stores.redis import Keyspace, RequestRecords
 
 SIGNATURE_HEADER = "webhook-signature"
 TIMESTAMP_HEADER = "webhook-timestamp"
@@ -233,25 +234,20 @@ PENDING_SECONDS = 60
 
 
 class RequestLedger:
-    """Request ids already seen per tenant, with their answers, in Redis (SET NX, expiring)."""
+    """Request ids already seen per tenant, with their answers (``RequestRecords``)."""
 
     def __init__(self, client: aioredis.Redis, namespace: str, remember_seconds: int) -> None:
-        self.redis = client
-        self.namespace = namespace
+        self.records = RequestRecords(client, Keyspace(namespace))
         self.remember = remember_seconds
-
-    def _key(self, caller: Caller) -> str:
-        assert caller.request_id is not None
-        tenant = hashlib.sha256(caller.tenant.encode()).hexdigest()[:16]
-        return f"{self.namespace}:http:request:{tenant}:{caller.request_id}"
 
     async def begin(self, caller: Caller, print_: str) -> StoredResponse | None:
         """Claim the request id; the stored answer if it was answered, 409 on a replay."""
-        key = self._key(caller)
+        assert caller.request_id is not None
+        tenant, request_id = caller.tenant, caller.request_id
         record = json.dumps({"fingerprint": print_, "state": "pending"})
-        if await self.redis.set(key, record, nx=True, ex=PENDING_SECONDS):
+        if await self.records.claim(tenant, request_id, record, PENDING_SECONDS):
             return None
-        seen = json.loads(_text(await self.redis.get(key)) or "{}")
+        seen = json.loads(await self.records.get(tenant, request_id) or "{}")
         if seen.get("fingerprint") != print_:
             raise ApiError(409, f"request id {caller.request_id!r} was already used")
         if seen.get("state") != "done":
@@ -260,13 +256,11 @@ class RequestLedger:
 
     async def finish(self, caller: Caller, print_: str, answer: StoredResponse) -> None:
         """Store the answer for repeated deliveries."""
+        assert caller.request_id is not None
         record = {"fingerprint": print_, "state": "done", **asdict(answer)}
-        await self.redis.set(self._key(caller), json.dumps(record), ex=self.remember)
+        await self.records.put(caller.tenant, caller.request_id, json.dumps(record), self.remember)
 
     async def abandon(self, caller: Caller) -> None:
         """Forget the claim after a server error, so the sender's retry runs again."""
-        await self.redis.delete(self._key(caller))
-
-
-def _text(value: Any) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
+        assert caller.request_id is not None
+        await self.records.forget(caller.tenant, caller.request_id)

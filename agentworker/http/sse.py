@@ -8,14 +8,8 @@ from typing import Any
 
 from redis import asyncio as aioredis
 
-from agentworker.notify.streams import (
-    end_key,
-    id_key,
-    is_root_terminal,
-    read_events_async,
-    stream_key,
-    tree_tag_async,
-)
+from agentworker.notify.streams import id_key, is_root_terminal, read_events_async
+from stores.redis import AsyncEventStreams, Keyspace
 
 #: Seconds without events after which a comment line keeps proxies from closing the stream.
 PING_SECONDS = 15.0
@@ -30,18 +24,13 @@ def format_event(stream_id: str, event: dict[str, Any]) -> str:
 
 async def already_over(client: aioredis.Redis, namespace: str, root_id: str, after: str) -> bool:
     """True when nothing is left to send: the reader has the root's terminal event."""
-    tag = await tree_tag_async(client, namespace, root_id)
-    ended = await client.get(end_key(namespace, tag, root_id))
-    if ended is None:
-        return False
-    text = ended.decode() if isinstance(ended, bytes) else str(ended)
-    return id_key(after) >= id_key(text)
+    ended = await AsyncEventStreams(client, Keyspace(namespace)).end_id(root_id)
+    return ended is not None and id_key(after) >= id_key(ended)
 
 
 async def stream_exists(client: aioredis.Redis, namespace: str, root_id: str) -> bool:
     """True once the tree's stream has at least one event (and has not expired)."""
-    tag = await tree_tag_async(client, namespace, root_id)
-    return bool(await client.exists(stream_key(namespace, tag, root_id)))
+    return await AsyncEventStreams(client, Keyspace(namespace)).exists(root_id)
 
 
 async def event_source(

@@ -9,11 +9,13 @@ Provisional events (model/tool started, deltas, tool progress) are appended at o
 an attempt whose work was never committed (a fenced or killed worker) shows up as
 provisional events with no committed events after them. The stream is trimmed to about
 ``maxlen`` entries and expires ``ttl_after_end`` seconds after the root's terminal event.
+The Redis side of all this (keys, XADD/XREAD, trimming, expiry) is ``stores.redis.streams``
+(``EventStreams``, ``AsyncEventStreams``); this module is its public face.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import re
 import threading
@@ -23,14 +25,16 @@ from typing import Any
 
 import redis
 from redis import asyncio as aioredis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from runner_core import AgentEvent, AgentEventType
-from runner_core.events import event_json
 from runner_core.events import event_to_dict as _event_to_dict
-from stores.redis.connection import make_client
-from stores.redis.keys import Keyspace
+from stores.redis import (
+    AsyncEventStreams,
+    EventStreams,
+    Keyspace,
+    parse_stream_reply,
+    stream_client,
+)
 
 log = logging.getLogger("agentworker.events")
 
@@ -49,48 +53,31 @@ TERMINAL_TYPES = frozenset(
 )
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
-_TAGS: dict[tuple[str, str], str] = {}
-_TAGS_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=64)
+def _keys(namespace: str) -> Keyspace:
+    return Keyspace(namespace)
 
 
 def stream_key(namespace: str, tag: str, root_turn_id: str) -> str:
     """The stream of a turn tree whose store tag is ``tag``."""
-    return Keyspace(namespace).events(tag, root_turn_id)
+    return _keys(namespace).events(tag, root_turn_id)
 
 
 def end_key(namespace: str, tag: str, root_turn_id: str) -> str:
     """Holds the stream id of the root's terminal event once the tree has ended."""
-    return Keyspace(namespace).events_end(tag, root_turn_id)
-
-
-def _remember_tag(namespace: str, root_turn_id: str, raw: Any) -> str:
-    """A root's tag from its index entry (the root id itself for a turn Redis does not store)."""
-    if raw is None:
-        return root_turn_id
-    tag = raw.decode() if isinstance(raw, bytes) else str(raw)
-    with _TAGS_LOCK:
-        if len(_TAGS) > 100_000:
-            _TAGS.clear()
-        _TAGS[(namespace, root_turn_id)] = tag  # a tag never changes
-    return tag
+    return _keys(namespace).events_end(tag, root_turn_id)
 
 
 def tree_tag(client: redis.Redis, namespace: str, root_turn_id: str) -> str:
     """The store tag of a tree (one GET, then cached)."""
-    known = _TAGS.get((namespace, root_turn_id))
-    if known is not None:
-        return known
-    raw = client.get(Keyspace(namespace).turn_index(root_turn_id))
-    return _remember_tag(namespace, root_turn_id, raw)
+    return EventStreams(client, _keys(namespace)).tag(root_turn_id)
 
 
 async def tree_tag_async(client: aioredis.Redis, namespace: str, root_turn_id: str) -> str:
     """``tree_tag`` for asyncio code."""
-    known = _TAGS.get((namespace, root_turn_id))
-    if known is not None:
-        return known
-    raw = await client.get(Keyspace(namespace).turn_index(root_turn_id))
-    return _remember_tag(namespace, root_turn_id, raw)
+    return await AsyncEventStreams(client, _keys(namespace)).tag(root_turn_id)
 
 
 def event_to_dict(event: AgentEvent) -> dict[str, Any]:
@@ -124,6 +111,7 @@ class RedisEventBridge:
     ) -> None:
         self.redis = redis_client
         self.namespace = namespace
+        self.streams = EventStreams(redis_client, _keys(namespace))
         self.maxlen = maxlen
         self.ttl_after_end = ttl_after_end
         self.committed = committed
@@ -137,7 +125,6 @@ class RedisEventBridge:
         self._buffer: list[AgentEvent] = []
         self._first_at = 0.0
         self._lock = threading.Lock()
-        self._local = threading.local()
 
     def __call__(self, event: AgentEvent) -> None:
         """Buffer ``event``; flushed by the runner after each operation, or when it waits."""
@@ -169,7 +156,7 @@ class RedisEventBridge:
             self._append(events)
         except Exception as exc:  # noqa: BLE001 - events are best effort by design
             # a hanging Redis must not cost every event a socket timeout: pause a while
-            self._local.pipe = None
+            self.streams.drop_pipeline()
             self._quiet_until = time.monotonic() + self.pause_after_error
             self._dropped += len(events)
 
@@ -185,38 +172,8 @@ class RedisEventBridge:
             log.warning("events streamed again after %d were dropped", self._dropped)
             self._dropped = 0
 
-    def _pipeline(self) -> Any:
-        # one pipeline per thread, reused: building one costs more than the round trip
-        pipe = getattr(self._local, "pipe", None)
-        if pipe is None:
-            pipe = self._local.pipe = self.redis.pipeline(transaction=False)
-        return pipe
-
     def _append(self, events: list[AgentEvent]) -> None:
-        pipe = self._pipeline()
-        keys: list[tuple[str, str]] = []
-        for event in events:
-            root = event.root_turn_id
-            tag = tree_tag(self.redis, self.namespace, root)
-            keys.append((tag, root))
-            fields: dict[str, Any] = {"event": event_json(event)}
-            if not event.provisional:
-                fields = {"seq": event.sequence, **fields}
-            key = stream_key(self.namespace, tag, root)
-            pipe.xadd(key, fields, maxlen=self.maxlen, approximate=True)
-        ids = pipe.execute()
-        ends = [
-            (key, stream_id)
-            for event, key, stream_id in zip(events, keys, ids, strict=True)
-            if event.type.value in TERMINAL_TYPES and event.turn_id == event.root_turn_id
-        ]
-        if not ends:
-            return
-        pipe = self._pipeline()
-        for (tag, root), stream_id in ends:
-            pipe.set(end_key(self.namespace, tag, root), stream_id, ex=self.ttl_after_end)
-            pipe.expire(stream_key(self.namespace, tag, root), self.ttl_after_end)
-        pipe.execute()
+        self.streams.append(events, self.maxlen, self.ttl_after_end)
 
 
 #: Provisional events a follower should see the moment they happen.
@@ -228,9 +185,7 @@ def bridge_client(url: str, timeout: float = 2.0) -> redis.Redis:
 
     A Redis Cluster for a ``redis+cluster://`` URL (``stores.redis.connection``).
     """
-    return make_client(
-        url, socket_timeout=timeout, connect_timeout=timeout, retry=Retry(NoBackoff(), 1)
-    )
+    return stream_client(url, timeout)
 
 
 def check_stream_id(value: str) -> str:
@@ -258,9 +213,8 @@ def read_events(
 
     With ``block_ms``, waits that long for the first new event (``[]`` if none came).
     """
-    key = stream_key(namespace, tree_tag(client, namespace, root_turn_id), root_turn_id)
-    reply = client.xread({key: check_stream_id(after)}, count=count, block=block_ms)
-    return parse_reply(reply)
+    streams = EventStreams(client, _keys(namespace))
+    return streams.read(root_turn_id, check_stream_id(after), block_ms, count)
 
 
 async def read_events_async(
@@ -272,43 +226,18 @@ async def read_events_async(
     count: int = 100,
 ) -> list[Entry]:
     """``read_events`` for asyncio code (the HTTP app's event stream)."""
-    tag = await tree_tag_async(client, namespace, root_turn_id)
-    key = stream_key(namespace, tag, root_turn_id)
-    reply = await client.xread({key: check_stream_id(after)}, count=count, block=block_ms)
-    return parse_reply(reply)
+    streams = AsyncEventStreams(client, _keys(namespace))
+    return await streams.read(root_turn_id, check_stream_id(after), block_ms, count)
 
 
 def parse_reply(reply: Any) -> list[Entry]:
     """Decode an XREAD reply (RESP2 list or RESP3 dict, bytes or str) into entries."""
-    if not reply:
-        return []
-    streams = reply.values() if isinstance(reply, dict) else (s[1] for s in reply)
-    entries: list[Entry] = []
-    for stream_entries in streams:
-        if len(stream_entries) == 1 and isinstance(stream_entries[0], list):
-            stream_entries = stream_entries[0]  # RESP3 wraps the entries once more
-        for raw_id, fields in stream_entries:
-            event = json.loads(_text(_field(fields, "event")))
-            seq = _field(fields, "seq")
-            if seq is not None:
-                event["sequence"] = int(_text(seq))
-            entries.append((_text(raw_id), event))
-    return entries
-
-
-def _field(fields: dict[Any, Any], name: str) -> Any:
-    return fields.get(name, fields.get(name.encode()))
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return parse_stream_reply(reply)
 
 
 def end_id(client: redis.Redis, namespace: str, root_turn_id: str) -> str | None:
     """The stream id of the root's terminal event, once the tree has ended."""
-    tag = tree_tag(client, namespace, root_turn_id)
-    value = client.get(end_key(namespace, tag, root_turn_id))
-    return _text(value) if value is not None else None
+    return EventStreams(client, _keys(namespace)).end_id(root_turn_id)
 
 
 def follow(

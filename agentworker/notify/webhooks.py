@@ -50,7 +50,7 @@ from runner_core import (
     RetryPolicy,
 )
 from runner_core.errors import AgentWorkerError, ConfigurationError
-from stores.redis.connection import make_client
+from stores.redis import Keyspace, RedisOutbox, make_client
 
 log = logging.getLogger("agentworker.webhooks")
 
@@ -158,7 +158,10 @@ def payload(kind: str, event: AgentEvent, snapshot: AgentTurnSnapshot) -> dict[s
 
 
 class Outbox:
-    """Delivery records, the due index and the per-turn logs, in Redis."""
+    """Webhook deliveries: what to record, when to send, how to sign, post and retry.
+
+    The records themselves (``ns:wh:*``) are ``stores.redis.RedisOutbox``.
+    """
 
     def __init__(
         self,
@@ -169,32 +172,16 @@ class Outbox:
         max_attempts: int = 8,
         timeout: float = 10.0,
     ) -> None:
-        self.redis = redis
-        self.ns = namespace
+        self.records = RedisOutbox(redis, Keyspace(namespace))
         #: Signing keys by subscription name (read at delivery: secrets stay out of Redis).
         self.keys = keys
         self.policy = policy
         self.max_attempts = max_attempts
         self.timeout = timeout
-        self.due_key = f"{namespace}:wh:due"
-        self.dead_key = f"{namespace}:wh:dead"
-        self.check_key = f"{namespace}:wh:check"
-
-    def _record(self, msg_id: str) -> str:
-        return f"{self.ns}:wh:d:{msg_id}"
-
-    def _log(self, turn_id: str) -> str:
-        return f"{self.ns}:wh:log:{turn_id}"
 
     def record(self, subscription: str, url: str, event: AgentEvent, body: bytes) -> str | None:
         """Record one delivery; its id if new, None if this event was recorded already."""
         msg_id = message_id(subscription, url, event.turn_id, event.sequence)
-        key = self._record(msg_id)
-        # The claim first: the rest may span hash slots (a cluster), so it is no transaction.
-        # A claim without its url is a recorder that died here (or one writing right now):
-        # the rest is written again, with the same content either way.
-        if not self.redis.hsetnx(key, "state", "pending") and self.redis.hexists(key, "url"):
-            return None
         fields = {
             "url": url,
             "subscription": subscription,
@@ -204,55 +191,43 @@ class Outbox:
             "attempts": 0,
             "created_at": time.time(),
         }
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
-        pipe.expire(key, KEEP_SECONDS)
-        pipe.zadd(self.due_key, {msg_id: time.time()})
-        pipe.rpush(self._log(event.turn_id), msg_id)
-        pipe.expire(self._log(event.turn_id), KEEP_SECONDS)
-        pipe.execute()
+        if not self.records.record(msg_id, event.turn_id, fields, time.time(), KEEP_SECONDS):
+            return None
         return msg_id
 
     def hold(self, msg_ids: Sequence[str], seconds: float = HOLD_SECONDS) -> None:
         """A hint was sent for these: the sweep leaves them alone for ``seconds``."""
-        if msg_ids:
-            later = time.time() + seconds
-            self.redis.zadd(self.due_key, {m: later for m in msg_ids}, xx=True)
+        self.records.hold(msg_ids, time.time() + seconds)
 
     def expect(self, turn_id: str, seconds: float = CHECK_SECONDS) -> None:
         """A notifying commit may follow for ``turn_id``: have the sweep check it later."""
-        self.redis.zadd(self.check_key, {turn_id: time.time() + seconds}, nx=True)
+        self.records.expect(turn_id, time.time() + seconds)
 
     def expected(self, limit: int = 100, now: float | None = None) -> list[str]:
         """Turns whose check is due (``now`` defaults to the clock)."""
-        until = time.time() if now is None else now
-        ids = self.redis.zrangebyscore(self.check_key, "-inf", until, start=0, num=limit)
-        return [_text(i) for i in ids]
+        return self.records.expected(time.time() if now is None else now, limit)
 
     def checked(self, turn_ids: Sequence[str]) -> None:
         """These turns need no later check."""
-        if turn_ids:
-            self.redis.zrem(self.check_key, *turn_ids)
+        self.records.checked(turn_ids)
 
     def due(self, limit: int = 100) -> list[str]:
         """Deliveries whose time has come and that no hint or deliverer holds."""
-        ids = self.redis.zrangebyscore(self.due_key, "-inf", time.time(), start=0, num=limit)
-        return [_text(i) for i in ids]
+        return self.records.due(time.time(), limit)
 
     def deliver(self, msg_id: str) -> str:
         """One attempt; what became of the delivery (delivered, retry, dead, busy, gone)."""
-        lock = f"{self._record(msg_id)}:lock"
-        if not self.redis.set(lock, "1", nx=True, ex=int(self.timeout * 3) + 5):
+        if not self.records.lock(msg_id, int(self.timeout * 3) + 5):
             return "busy"
         try:
             return self._attempt(msg_id)
         finally:
-            self.redis.delete(lock)
+            self.records.unlock(msg_id)
 
     def _attempt(self, msg_id: str) -> str:
-        fields = _fields(self.redis.hgetall(self._record(msg_id)))
+        fields = self.records.fields(msg_id)
         if fields.get("state") != b"pending" or "url" not in fields:
-            self.redis.zrem(self.due_key, msg_id)
+            self.records.drop(msg_id)
             return "gone" if not fields else _text(fields["state"])
         self.hold([msg_id], self.timeout * 3 + 5)  # a deliverer that dies: sent again later
         key = self.keys.get(_text(fields["subscription"]))
@@ -282,44 +257,32 @@ class Outbox:
             return "error", f"{type(error).__name__}: {error}"
 
     def _settle(self, msg_id: str, attempts: int, outcome: str, problem: str) -> str:
-        key, now = self._record(msg_id), time.time()
+        now = time.time()
         entry = json.dumps({"at": now, "outcome": outcome, "problem": problem})
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hset(key, mapping={"attempts": attempts, "last": entry})
-        pipe.rpush(key + ":attempts", entry)
-        pipe.expire(key + ":attempts", KEEP_SECONDS)
+        at = now
         if outcome.isdigit() and 200 <= int(outcome) < 300:
-            pipe.hset(key, mapping={"state": "delivered", "delivered_at": now})
-            pipe.zrem(self.due_key, msg_id)
             state = "delivered"
         elif attempts >= self.max_attempts:
-            pipe.hset(key, "state", "dead")
-            pipe.zrem(self.due_key, msg_id)
-            pipe.zadd(self.dead_key, {msg_id: now})
             state = "dead"
             log.warning("webhook %s dead after %d attempts: %s", msg_id, attempts, problem)
         else:
-            pipe.zadd(self.due_key, {msg_id: now + self.policy.delay(attempts)})
-            state = "retry"
-        pipe.execute()
+            state, at = "retry", now + self.policy.delay(attempts)
+        self.records.settle(msg_id, attempts, entry, state, at, KEEP_SECONDS)
         return state
 
     def log_of(self, turn_id: str) -> list[dict[str, Any]]:
         """The turn's deliveries, oldest first: id, type, url, state, attempts, each attempt."""
         out = []
-        logged = [_text(raw) for raw in self.redis.lrange(self._log(turn_id), 0, -1)]
-        for msg_id in dict.fromkeys(logged):  # a record completed twice is logged twice
-            key = self._record(msg_id)
-            fields = {k: _text(v) for k, v in _fields(self.redis.hgetall(key)).items()}
-            tries = [json.loads(a) for a in self.redis.lrange(key + ":attempts", 0, -1)]
+        for delivery in self.records.log_of(turn_id):
+            fields = {k: _text(v) for k, v in delivery.fields.items()}
             out.append(
                 {
-                    "id": msg_id,
+                    "id": delivery.message_id,
                     "type": fields.get("type"),
                     "url": fields.get("url"),
                     "subscription": fields.get("subscription"),
                     "state": fields.get("state"),
-                    "attempts": tries,
+                    "attempts": [json.loads(a) for a in delivery.attempts],
                 }
             )
         return out
@@ -487,11 +450,6 @@ def send_due(outbox: Outbox, send_hint: Callable[[str], None], limit: int = 100)
         send_hint(msg_id)
     outbox.hold(due)
     return len(due)
-
-
-def _fields(raw: Any) -> dict[str, bytes]:
-    """An HGETALL reply with text names and byte values, whatever the client decodes."""
-    return {_text(k): v if isinstance(v, bytes) else str(v).encode() for k, v in raw.items()}
 
 
 def _text(value: Any) -> str:

@@ -296,8 +296,7 @@ def store_turn_counts(store: AgentTurnStore) -> dict[str, int]:
     own = getattr(store, "turn_counts", None)
     if callable(own):
         return dict(own())
-    from stores.redis.counts import turn_counts
-    from stores.redis.store import RedisAgentTurnStore
+    from stores.redis import RedisAgentTurnStore, turn_counts
 
     if isinstance(store, RedisAgentTurnStore):
         return turn_counts(store)

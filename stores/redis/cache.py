@@ -6,7 +6,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from redis import Redis
+
+from runner_core.errors import TurnNotFoundError
 from runner_core.messages import Message
+from stores.redis.codec import text
+from stores.redis.keys import Keyspace
 
 
 @dataclass(slots=True)
@@ -66,3 +71,24 @@ class TurnCache:
         with self._lock:
             self._entries.pop(turn_id, None)
             self._holding.pop(turn_id, None)
+
+
+class TagIndex:
+    """Turn id -> tag: from the process cache, else from the global index (one GET)."""
+
+    def __init__(self, redis: Redis, keys: Keyspace, cache: TurnCache) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.cache = cache
+
+    def tag_of(self, turn_id: str) -> str:
+        """The turn's tag; ``TurnNotFoundError`` if the index has none."""
+        known = self.cache.get(turn_id)
+        if known is not None:
+            return known.tag
+        raw = self.redis.get(self.keys.turn_index(turn_id))
+        if raw is None:
+            raise TurnNotFoundError(turn_id)
+        tag = text(raw)
+        self.cache.put(turn_id, Known(tag))
+        return tag

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stores.redis.scans import _chunks
+from stores.redis.scanner import _chunks
 
 if TYPE_CHECKING:
     from stores.redis.store import RedisAgentTurnStore

@@ -69,6 +69,21 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
                                             the tags whose score has come
 ================================  =======  =====================================================
 
+Keys beside the turn store (plain commands, one key each; see ``outbox.py``, ``gates.py``):
+
+================================  =======  =====================================================
+``ns:wh:d:M``                      hash     webhook delivery M: url, subscription, body, state
+``ns:wh:d:M:attempts``             list     its attempts, JSON each, oldest first
+``ns:wh:d:M:lock``                 string   held by the one deliverer of M
+``ns:wh:due``                      zset     delivery id -> when it is due (sent or re-sent)
+``ns:wh:dead``                     zset     delivery id -> when it gave up
+``ns:wh:check``                    zset     turn id -> when the sweep checks its notification
+``ns:wh:log:I``                    list     the delivery ids of turn I, oldest first
+``ns:sweep:pending``               string   beat's mark: a sweep was sent and has not started
+``ns:http:request:<t>:<id>``       string   the HTTP request ledger: request id -> its answer
+                                            (``t``: the first 16 hex of sha256 of the tenant)
+================================  =======  =====================================================
+
 The global keys are never passed to a script together with tagged keys. Plain commands
 address them one key each, so on a cluster every command touches one slot too.
 """
@@ -207,6 +222,44 @@ class Keyspace:
         tag = self.conversation_tag(conversation_id)
         key = hashlib.sha1(conversation_id.encode()).hexdigest()
         return f"{self.namespace}:{{{tag}}}:cm:{key}", f"{self.namespace}:{{{tag}}}:ci:{key}"
+
+    # -- beside the turn store ---------------------------------------------------------
+    def webhook_delivery(self, message_id: str) -> str:
+        """The record of one webhook delivery."""
+        return f"{self.namespace}:wh:d:{message_id}"
+
+    def webhook_attempts(self, message_id: str) -> str:
+        """The attempts of one webhook delivery."""
+        return self.webhook_delivery(message_id) + ":attempts"
+
+    def webhook_lock(self, message_id: str) -> str:
+        """Held by the one deliverer of a webhook delivery."""
+        return self.webhook_delivery(message_id) + ":lock"
+
+    def webhook_log(self, turn_id: str) -> str:
+        """The webhook deliveries of one turn."""
+        return f"{self.namespace}:wh:log:{turn_id}"
+
+    def webhook_due(self) -> str:
+        """Webhook deliveries by when they are due."""
+        return f"{self.namespace}:wh:due"
+
+    def webhook_dead(self) -> str:
+        """Webhook deliveries that gave up, by when."""
+        return f"{self.namespace}:wh:dead"
+
+    def webhook_check(self) -> str:
+        """Turns whose notification the sweep checks, by when."""
+        return f"{self.namespace}:wh:check"
+
+    def sweep_pending(self) -> str:
+        """Beat's mark of a sweep sent and not started."""
+        return f"{self.namespace}:sweep:pending"
+
+    def http_request(self, tenant: str, request_id: str) -> str:
+        """The HTTP request ledger's entry of a tenant's request id."""
+        hashed = hashlib.sha256(tenant.encode()).hexdigest()[:16]
+        return f"{self.namespace}:http:request:{hashed}:{request_id}"
 
     def tag_keys(self, tag: str) -> list[str]:
         """The six per-tag keys every write script receives first, in script order."""

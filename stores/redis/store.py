@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 
@@ -34,14 +33,18 @@ from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
 from runner_core.store import CancelResult, Commit, LeaseRef, SaveResult, TurnControl, Wakeups
-from stores.redis import sweeps, writes
-from stores.redis.cache import Known, TurnCache
+from stores.redis.cache import Known, TagIndex, TurnCache
+from stores.redis.clock import ServerClock
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
 from stores.redis.connection import Guard, connect
 from stores.redis.keys import PARTITION_BUCKETS, Keyspace
 from stores.redis.memory import RedisChatMemory
-from stores.redis.scans import Scanner
+from stores.redis.options import Tuning
+from stores.redis.scanner import Scanner
 from stores.redis.scripts import Loaded, Scripts, answered, code_of, loaded
+from stores.redis.streams import EventStreams
+from stores.redis.sweeper import Sweeper
+from stores.redis.writer import Writer
 
 log = logging.getLogger("stores.redis")
 
@@ -77,27 +80,20 @@ class RedisAgentTurnStore:
         self._owns_client = isinstance(redis, str)
         self.keys = Keyspace(namespace, partition_buckets)
         self.scripts = Scripts(self.redis)
-        self.scanner = Scanner(self.redis, self.keys, self.scripts)
         self.retention_seconds = retention_seconds
-        #: A tree's event stream keeps about this many entries ...
-        self.stream_maxlen = stream_maxlen
-        #: ... and lives this many seconds after its root's terminal event.
-        self.stream_ttl = stream_ttl
-        #: How often (seconds) a sweep puts every tag in the due index again.
-        self.backfill_seconds = 600.0
-        self.backfilled_at = -1e18
-        #: How long a queued wake-up is trusted before the sweeper sends another (seconds):
-        #: longer than any backlog should last, short enough to recover a lost message.
-        self.requeue_after = requeue_after
-        #: Commits write their events to the tree's stream (``events=False``: they are
-        #: numbered, not streamed, as with ``AGENTWORKER_EVENTS=false``).
-        self.records_events = events
+        self.tuning = Tuning(requeue_after, stream_maxlen, stream_ttl, events)
         self.cache = TurnCache(cache_size)
         self.guard = Guard(self.url)
-        #: How often ``now()`` reads ``TIME`` (seconds); in between it counts locally.
-        self.clock_sync_seconds = 5.0
-        self._clock = (0.0, -1e18)
-
+        self.clock = ServerClock(self.redis, self.guard)
+        self.tags = TagIndex(self.redis, self.keys, self.cache)
+        self.scanner = Scanner(self.redis, self.keys, self.scripts)
+        self.streams = EventStreams(self.redis, self.keys)
+        self.sweeper = Sweeper(
+            self.redis, self.keys, self.scripts, self.scanner, self.tags, self.clock, self.tuning
+        )
+        self.writer = Writer(
+            self.redis, self.keys, self.scripts, self.tags, self.clock, self.tuning
+        )
         self._rid_prefix = uuid.uuid4().hex[:12]
         self._rids = itertools.count()
         if check_connection:
@@ -112,33 +108,29 @@ class RedisAgentTurnStore:
         if self._owns_client:
             self.redis.close()
 
+    @property
+    def requeue_after(self) -> float:
+        """How long a queued wake-up is trusted before the sweeper sends another (seconds)."""
+        return self.tuning.requeue_after
+
+    @requeue_after.setter
+    def requeue_after(self, seconds: float) -> None:
+        self.tuning.requeue_after = seconds
+
+    @property
+    def records_events(self) -> bool:
+        """Commits write their events to the tree's stream (the runner asks)."""
+        return self.tuning.records_events
+
     # -- the AgentTurnStore protocol -----------------------------------------------------
     def now(self) -> float:
-        """The Redis server clock (``TIME``), seconds since the epoch.
-
-        ``TIME`` is read every ``clock_sync_seconds`` and advanced by the local monotonic
-        clock in between, so workers agree on the server's clock without a round trip per
-        reading (a local wall-clock jump changes nothing).
-        """
-        base, at = self._clock
-        mono = time.monotonic()
-        if mono - at > self.clock_sync_seconds:
-            for _ in range(2):  # a slow reading (a new connection: a cluster node) again
-                with self.guard:
-                    seconds, micros = self.redis.time()
-                after = time.monotonic()
-                if after - mono < 0.002:
-                    break
-                mono = time.monotonic()
-            base, at = int(seconds) + int(micros) / 1_000_000 + (after - mono) / 2, after
-            self._clock = (base, at)
-            mono = after
-        return base + (mono - at)
+        """The Redis server clock (``TIME``), seconds since the epoch (see ``ServerClock``)."""
+        return self.clock.now()
 
     def commit(self, commit: Commit) -> SaveResult:
         """The one write of a turn (``commit.lua``): one round trip; see ``Commit``."""
         with self.guard:
-            return writes.commit(self, commit)
+            return self.writer.commit(commit)
 
     def save(
         self,
@@ -181,7 +173,7 @@ class RedisAgentTurnStore:
                 self.keys.header(tag, child.parent_turn_id),
             ]
             result = ChildResult.of(child).model_dump_json()
-            reply = sweeps.run_touching(self, "report", keys, [child_turn_id, result], tag)
+            reply = self.sweeper.run_touching("report", keys, [child_turn_id, result], tag)
         return answered(reply) and text(reply[1]) == "1"
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
@@ -232,9 +224,9 @@ class RedisAgentTurnStore:
                 self.keys.events_end(tag, root),
             ]
             args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
-            maxlen = str(self.stream_maxlen) if self.records_events else "0"
+            maxlen = str(self.tuning.stream_maxlen) if self.tuning.records_events else "0"
             args += [maxlen, *(event_json(e) for e in events)]
-            reply = sweeps.run_touching(self, "cancel", keys, args, tag)
+            reply = self.sweeper.run_touching("cancel", keys, args, tag)
         if not answered(reply):
             return CancelResult(False)
         first = text(reply[1])
@@ -284,7 +276,7 @@ class RedisAgentTurnStore:
             tag = self.tag_of(turn_id)
             args: list[Arg] = [turn_id, worker_id, lease_id, self.request_id()]
             keys = self._lease_keys(tag, turn_id)
-            return answered(sweeps.run_touching(self, "release", keys, args, tag))
+            return answered(self.sweeper.run_touching("release", keys, args, tag))
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first ([] for an unknown turn)."""
@@ -305,41 +297,36 @@ class RedisAgentTurnStore:
         """The conversation's chat memory in this Redis (a ``chat_memory_provider``)."""
         return RedisChatMemory(self.redis, self.keys, self.scripts, self.guard, conversation_id)
 
-    # -- records that cannot be read, wake-ups, events (see sweeps.py) ---------------------
+    # -- records that cannot be read, wake-ups (the Sweeper), events (EventStreams) ------
     def quarantine(self, turn_id: str, reason: str) -> bool:
         """Move a turn out of every index with the reason; False if it already was."""
         with self.guard:
-            return sweeps.quarantine(self, self.tag_of(turn_id), turn_id, reason)
+            return self.sweeper.quarantine(self.tag_of(turn_id), turn_id, reason)
 
     def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
         """(turn id, reason, when) of quarantined turns, newest first."""
         with self.guard:
-            return sweeps.quarantined(self, limit)
+            return self.sweeper.quarantined(limit)
 
     def mark_queued(self, turn_ids: Sequence[str]) -> None:
         """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
         with self.guard:
-            sweeps.mark(self, turn_ids, repr(float(self.requeue_after)))
+            self.sweeper.mark(turn_ids, repr(float(self.tuning.requeue_after)))
 
     def unmark_queued(self, turn_id: str) -> None:
         """The wake-up for this turn was not sent after all."""
         with self.guard:
-            sweeps.mark(self, [turn_id], "")
+            self.sweeper.mark([turn_id], "")
 
     def forget_queued(self, before: float) -> int:
         """Wake-ups marked queued before ``before`` may be lost: clear those marks."""
         with self.guard:
-            return sweeps.forget(self, before)
-
-    def touch(self, tag: str, score: float) -> tuple[str, ...]:
-        """The command lowering ``tag``'s due-index score; sent right after the script."""
-        return ("ZADD", self.keys.due_shard(tag), "LT", repr(float(score)), tag)
+            return self.sweeper.forget(before)
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
         with self.guard:
-            candidates = self.scanner.runnable(now, max(limit, 100), False, 4 * limit)
-            return sweeps.retries(self, candidates)[:limit]
+            return self.sweeper.due_retries(now, limit)
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
         """Turns runnable for ``older_than`` seconds that nobody serves.
@@ -353,7 +340,7 @@ class RedisAgentTurnStore:
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
         """The sweeper's query: due retries and lost wake-ups, at the cost of what is due."""
         with self.guard:
-            return sweeps.wakeups(self, now, lost_after, limit)
+            return self.sweeper.wakeups(now, lost_after, limit)
 
     def read_events(
         self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
@@ -363,7 +350,11 @@ class RedisAgentTurnStore:
         ``newest``: those among the stream's last ``limit`` entries.
         """
         with self.guard:
-            return sweeps.read_events(self, root_turn_id, limit, newest=newest)
+            try:
+                tag = self.tag_of(root_turn_id)
+            except TurnNotFoundError:
+                return []
+            return self.streams.committed(tag, root_turn_id, limit, newest=newest)
 
     def list_turns(
         self,
@@ -451,15 +442,7 @@ class RedisAgentTurnStore:
 
     def tag_of(self, turn_id: str) -> str:
         """The turn's tag: cached, else from the global index; ``TurnNotFoundError``."""
-        known = self.cache.get(turn_id)
-        if known is not None:
-            return known.tag
-        raw = self.redis.get(self.keys.turn_index(turn_id))
-        if raw is None:
-            raise TurnNotFoundError(turn_id)
-        tag = text(raw)
-        self.cache.put(turn_id, Known(tag))
-        return tag
+        return self.tags.tag_of(turn_id)
 
     def _lease_keys(self, tag: str, turn_id: str) -> list[str]:
         return [self.keys.header(tag, turn_id), self.keys.runnable(tag), self.keys.leases(tag)]
@@ -482,14 +465,14 @@ class RedisAgentTurnStore:
         keys = [k.header(tag, turn_id), k.messages(tag, turn_id), k.runnable(tag), k.leases(tag)]
         args = [turn_id, worker_id, lease_id, repr(float(now)), repr(until), str(len(have))]
         try:
-            touch = [self.touch(tag, until)]  # a dead worker's turn is due at lease expiry
+            touch = [self.sweeper.touch(tag, until)]  # a dead worker's turn is due at lease expiry
             reply = self.scripts.pipelined([(self.scripts["claim"], keys, args)], (), touch)[0]
             data = loaded(reply)
             if data is None:
                 return None
             return self._snapshot(turn_id, tag, data, have)
         except SnapshotCorruptedError as exc:
-            sweeps.quarantine(self, tag, turn_id, str(exc))
+            self.sweeper.quarantine(tag, turn_id, str(exc))
             raise
 
     def _snapshot(

@@ -57,7 +57,7 @@ def end_turns(store: RedisAgentTurnStore, n: int) -> list[str]:
 def sweep_commands(store: RedisAgentTurnStore) -> int:
     """Commands Redis ran for one sweep with its backfill and repair scan."""
     runner = AgentRunner(turn_store=store, agent_loader=InMemoryAgentLoader(), dispatcher=print)
-    store.backfilled_at = -1e18
+    store.sweeper.backfilled_at = -1e18
     before = sum(commands_served(store.redis).values())
     sweep_once(runner, lost_after=10.0, repair=True)
     return sum(commands_served(store.redis).values()) - before

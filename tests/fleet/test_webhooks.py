@@ -166,7 +166,7 @@ def test_a_delivery_that_keeps_failing_is_dead_lettered(server: RedisServer) -> 
         turn = runner.run("pay-agent", "pay 5")
         outbox = webhooks.outbox_of(settings)
         assert deliver_until_settled(outbox, hints[0]) == ["retry", "retry", "dead"]
-        assert outbox.redis.zscore(outbox.dead_key, hints[0]) is not None
+        assert outbox.records.dead_since(hints[0]) is not None
         assert outbox.due() == []
         assert outbox.log_of(turn.id)[0]["state"] == "dead"
     finally:
@@ -250,7 +250,7 @@ def test_a_record_its_recorder_died_in_is_completed_not_dropped(
     step_once(dying, turn.id, "w1", chain_seconds=60)
     msg_id = approval_message_id(dying, turn.id, receiver.url)
     outbox = webhooks.outbox_of(settings)
-    assert outbox.redis.hsetnx(f"{settings.namespace}:wh:d:{msg_id}", "state", "pending")
+    assert outbox.records.redis.hsetnx(f"{settings.namespace}:wh:d:{msg_id}", "state", "pending")
 
     # When the step message comes back: the record is completed and delivered
     step_once(healthy, turn.id, "w2")

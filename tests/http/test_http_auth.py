@@ -298,8 +298,9 @@ def test_ledger_entries_expire(server: RedisServer) -> None:
     async def scenario(ledger: RequestLedger) -> list[int]:
         await ledger.begin(caller(), "fp")
         await ledger.finish(caller(), "fp", StoredResponse(200, {}))
-        keys = [k async for k in ledger.redis.scan_iter(f"{ledger.namespace}:http:*")]
-        return [await ledger.redis.ttl(k) for k in keys]
+        client, namespace = ledger.records.redis, ledger.records.keys.namespace
+        keys = [k async for k in client.scan_iter(f"{namespace}:http:*")]
+        return [await client.ttl(k) for k in keys]
 
     ttls = run_ledger(server, scenario)
     assert len(ttls) == 1 and all(0 < t <= 60 for t in ttls)  # type: ignore[union-attr]

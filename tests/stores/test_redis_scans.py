@@ -6,7 +6,7 @@ import pytest
 
 from runner_core import AgentTurnStatus, TurnNotFoundError
 from stores import RedisAgentTurnStore
-from stores.redis import scans
+from stores.redis import scanner
 from tests.support.stores import child_of, snap, waiting_for
 
 pytestmark = pytest.mark.redis
@@ -64,7 +64,7 @@ def test_list_turns_by_status_and_by_tree(redis_store: RedisAgentTurnStore) -> N
 def test_listing_is_newest_first_across_more_trees_than_one_scan_batch(
     redis_store: RedisAgentTurnStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scans, "CLOCK_SLACK", 0.0)  # one process, one clock: no slack needed
+    monkeypatch.setattr(scanner, "CLOCK_SLACK", 0.0)  # one process, one clock: no slack needed
     # Given more trees than one scan batch, created one after another, and then a child in
     # the oldest tree: the newest turn of all
     roots = []

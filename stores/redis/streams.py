@@ -1,0 +1,200 @@
+"""The Redis side of the event streams: one stream per turn tree, in the tree's hash slot.
+
+Stream ``ns:{T}:ev:<root id>`` (``Keyspace.events``) holds entries with ``event`` (the
+AgentEvent as JSON) and, for committed events, ``seq`` (the turn's event number). The
+commit script appends committed events; ``EventStreams.append`` appends the others (and
+those of a store that does not stream, with ``committed=True`` in the bridge). The stream
+is trimmed to about ``maxlen`` entries; once the root's terminal event is in it, the
+``:end`` key holds that entry's id and both expire ``ttl_after_end`` seconds later.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from redis import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from runner_core.events import TERMINAL_EVENTS, AgentEvent, event_from_dict, event_json
+from stores.redis.codec import text
+from stores.redis.connection import make_client
+from stores.redis.keys import Keyspace
+
+#: One stream entry: its id and the event as a dict (``sequence`` set for committed ones).
+Entry = tuple[str, dict[str, Any]]
+
+# (namespace, root id) -> tag: a tag never changes, so every reader in the process shares it
+_TAGS: dict[tuple[str, str], str] = {}
+_TAGS_LOCK = threading.Lock()
+
+
+def stream_client(url: str, timeout: float = 2.0) -> Redis:
+    """A client with short timeouts and one quick retry, so a stream write fails fast."""
+    return make_client(
+        url, socket_timeout=timeout, connect_timeout=timeout, retry=Retry(NoBackoff(), 1)
+    )
+
+
+def _known_tag(keys: Keyspace, root_turn_id: str) -> str | None:
+    return _TAGS.get((keys.namespace, root_turn_id))
+
+
+def _remember_tag(keys: Keyspace, root_turn_id: str, raw: Any) -> str:
+    """A root's tag from its index entry (the root id itself for a turn Redis does not store)."""
+    if raw is None:
+        return root_turn_id
+    tag = text(raw)
+    with _TAGS_LOCK:
+        if len(_TAGS) > 100_000:
+            _TAGS.clear()
+        _TAGS[(keys.namespace, root_turn_id)] = tag
+    return tag
+
+
+def parse_stream_reply(reply: Any) -> list[Entry]:
+    """Decode an XREAD reply (RESP2 list or RESP3 dict, bytes or str) into entries."""
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else (s[1] for s in reply)
+    entries: list[Entry] = []
+    for stream_entries in streams:
+        if len(stream_entries) == 1 and isinstance(stream_entries[0], list):
+            stream_entries = stream_entries[0]  # RESP3 wraps the entries once more
+        for raw_id, fields in stream_entries:
+            event = json.loads(text(_field(fields, "event")))
+            seq = _field(fields, "seq")
+            if seq is not None:
+                event["sequence"] = int(text(seq))
+            entries.append((text(raw_id), event))
+    return entries
+
+
+def _field(fields: dict[Any, Any], name: str) -> Any:
+    return fields.get(name, fields.get(name.encode()))
+
+
+def _ends_tree(event: AgentEvent) -> bool:
+    return event.type in TERMINAL_EVENTS and event.turn_id == event.root_turn_id
+
+
+class EventStreams:
+    """The event streams of one namespace, through a synchronous client."""
+
+    def __init__(self, redis: Redis, keys: Keyspace) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._local = threading.local()
+
+    def tag(self, root_turn_id: str) -> str:
+        """The store tag of a tree (one GET, then cached)."""
+        known = _known_tag(self.keys, root_turn_id)
+        if known is not None:
+            return known
+        raw = self.redis.get(self.keys.turn_index(root_turn_id))
+        return _remember_tag(self.keys, root_turn_id, raw)
+
+    def append(self, events: Sequence[AgentEvent], maxlen: int, ttl_after_end: int) -> None:
+        """Append ``events`` to their trees' streams; a root's end starts the expiry."""
+        pipe = self._pipeline()
+        trees: list[tuple[str, str]] = []
+        for event in events:
+            root = event.root_turn_id
+            tag = self.tag(root)
+            trees.append((tag, root))
+            fields: dict[str, Any] = {"event": event_json(event)}
+            if not event.provisional:
+                fields = {"seq": event.sequence, **fields}
+            pipe.xadd(self.keys.events(tag, root), fields, maxlen=maxlen, approximate=True)
+        ids = pipe.execute()
+        ends = [
+            (tree, stream_id)
+            for event, tree, stream_id in zip(events, trees, ids, strict=True)
+            if _ends_tree(event)
+        ]
+        if not ends:
+            return
+        pipe = self._pipeline()
+        for (tag, root), stream_id in ends:
+            pipe.set(self.keys.events_end(tag, root), stream_id, ex=ttl_after_end)
+            pipe.expire(self.keys.events(tag, root), ttl_after_end)
+        pipe.execute()
+
+    def drop_pipeline(self) -> None:
+        """Forget this thread's pipeline (after an error: its connection may be broken)."""
+        self._local.pipe = None
+
+    def _pipeline(self) -> Any:
+        # one pipeline per thread, reused: building one costs more than the round trip
+        pipe = getattr(self._local, "pipe", None)
+        if pipe is None:
+            pipe = self._local.pipe = self.redis.pipeline(transaction=False)
+        return pipe
+
+    def read(self, root_turn_id: str, after: str, block_ms: int | None, count: int) -> list[Entry]:
+        """Up to ``count`` entries after the stream id ``after`` (waiting ``block_ms``)."""
+        key = self.keys.events(self.tag(root_turn_id), root_turn_id)
+        return parse_stream_reply(self.redis.xread({key: after}, count=count, block=block_ms))
+
+    def end_id(self, root_turn_id: str) -> str | None:
+        """The stream id of the root's terminal event, once the tree has ended."""
+        value = self.redis.get(self.keys.events_end(self.tag(root_turn_id), root_turn_id))
+        return text(value) if value is not None else None
+
+    def committed(
+        self, tag: str, root_turn_id: str, limit: int, *, newest: bool = False
+    ) -> list[AgentEvent]:
+        """The committed events of a tree, oldest first (provisional ones left out).
+
+        ``newest``: those among the stream's last ``limit`` entries.
+        """
+        key = self.keys.events(tag, root_turn_id)
+        if newest:
+            entries = list(reversed(self.redis.xrevrange(key, count=limit) or []))
+        else:
+            entries = self.redis.xrange(key, count=limit) or []
+        events: list[AgentEvent] = []
+        for _, raw in entries:
+            fields = {text(k): text(v) for k, v in (raw or {}).items()}
+            if "seq" not in fields:
+                continue  # a provisional event
+            doc = json.loads(fields["event"])
+            events.append(event_from_dict(doc).sequenced(int(fields["seq"])))
+        return events
+
+
+class AsyncEventStreams:
+    """The event streams of one namespace, through an asyncio client (the HTTP app)."""
+
+    def __init__(self, redis: Any, keys: Keyspace) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def tag(self, root_turn_id: str) -> str:
+        """The store tag of a tree (one GET, then cached)."""
+        known = _known_tag(self.keys, root_turn_id)
+        if known is not None:
+            return known
+        raw = await self.redis.get(self.keys.turn_index(root_turn_id))
+        return _remember_tag(self.keys, root_turn_id, raw)
+
+    async def read(
+        self, root_turn_id: str, after: str, block_ms: int | None, count: int
+    ) -> list[Entry]:
+        """Up to ``count`` entries after the stream id ``after`` (waiting ``block_ms``)."""
+        key = self.keys.events(await self.tag(root_turn_id), root_turn_id)
+        return parse_stream_reply(await self.redis.xread({key: after}, count=count, block=block_ms))
+
+    async def end_id(self, root_turn_id: str) -> str | None:
+        """The stream id of the root's terminal event, once the tree has ended."""
+        tag = await self.tag(root_turn_id)
+        value = await self.redis.get(self.keys.events_end(tag, root_turn_id))
+        return text(value) if value is not None else None
+
+    async def exists(self, root_turn_id: str) -> bool:
+        """True once the tree's stream has an entry (and has not expired)."""
+        tag = await self.tag(root_turn_id)
+        return bool(await self.redis.exists(self.keys.events(tag, root_turn_id)))
