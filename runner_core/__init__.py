@@ -1,5 +1,6 @@
 """runner_core: the durable agent-turn state machine and its embedded defaults."""
 
+from runner_core._engine.wakeups import DescribingDispatcher
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
 from runner_core.context import AgentToolContext
 from runner_core.conversation import ChatMemory, InMemoryChatMemory, attach_window
@@ -19,7 +20,6 @@ from runner_core.errors import (
     TurnLeasedError,
     TurnNotFoundError,
 )
-from runner_core._engine.wakeups import DescribingDispatcher
 from runner_core.events import PROVISIONAL, AgentEvent, AgentEventListener, AgentEventType
 from runner_core.messages import (
     AiMessage,

@@ -96,39 +96,6 @@ class InMemoryAgentTurnStore(MemoryWakeups):
                 self._check_create(child)
             return self._apply(commit, record)
 
-    def save(
-        self,
-        snapshot: AgentTurnSnapshot,
-        expected_version: int,
-        release: LeaseRef | None = None,
-        *,
-        lease: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit without events; ``lease``: written as its holder; ``release``: and freed."""
-        writer = release if release is not None else lease
-        return self.commit(
-            Commit(snapshot, expected_version, uuid.uuid4().hex, writer, release is not None)
-        )
-
-    def save_parent_and_children(
-        self,
-        parent: AgentTurnSnapshot,
-        expected_parent_version: int,
-        children: Sequence[AgentTurnSnapshot],
-        release: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit that also creates ``children``."""
-        return self.commit(
-            Commit(
-                parent,
-                expected_parent_version,
-                uuid.uuid4().hex,
-                release,
-                release is not None,
-                tuple(children),
-            )
-        )
-
     def read_events(
         self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
     ) -> list[AgentEvent]:
