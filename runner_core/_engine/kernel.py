@@ -30,7 +30,7 @@ from runner_core.middleware import Middleware
 from runner_core.planning import TaskStatus
 from runner_core.policy import AgentExecutionPolicy
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo
-from runner_core.status import AgentTurnStatus
+from runner_core.status import AgentTurnStatus, move
 from runner_core.store import AgentTurnStore, Commit, SaveResult, TurnControl
 from runner_core.turn import AgentTurn
 
@@ -234,7 +234,7 @@ class TurnKernel:
             if error is not None:
                 st.error = ErrorInfo.of(error)
                 turn.live_error = error
-        st.status = status
+        move(st, status)
         st.suspension = None
         st.next_runnable_at = None
         st.child_results = {}
