@@ -22,6 +22,7 @@ from runner_core import Agent, AgentRunner, AgentTurnSnapshot, FunctionModel, Us
 from stores import RedisAgentTurnStore
 from stores.redis.connection import is_cluster
 from tests.support.cluster import LocalCluster
+from tests.support.commits import save
 from tests.support.servers import RedisServer
 
 ROUNDS = 5
@@ -92,7 +93,7 @@ def sweep(url: str) -> tuple[float, int]:
     """Best (ms, commands) of a sweep that finds TREES lost wake-ups."""
     store = RedisAgentTurnStore(url, namespace="bench-sweep")
     for n in range(TREES):
-        store.save(ready_root(n), -1)
+        save(store, ready_root(n), -1)
     store.wakeups(store.now(), 10.0)  # a process's first sweep also backfills
     time.sleep(0.01)
     best = (float("inf"), 0)

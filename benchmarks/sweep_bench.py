@@ -19,6 +19,7 @@ import redis
 from benchmarks.redis_bench import start_server
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, UserMessage
 from stores import RedisAgentTurnStore
+from tests.support.commits import save
 
 S = AgentTurnStatus
 
@@ -42,7 +43,7 @@ def blocked(n: int, store: RedisAgentTurnStore, now: float) -> None:
         )
         if len(batch) == 500 or i == n - 1:
             for s in batch:
-                store.save(s, -1)
+                save(store, s, -1)
             batch.clear()
 
 
@@ -67,7 +68,7 @@ def add_due(store: RedisAgentTurnStore, n: int) -> None:
             updated_at=now,
         )
         due = due.model_copy(update={"root_turn_id": due.id})
-        store.save(due, -1)
+        save(store, due, -1)
 
 
 def per_due(store: RedisAgentTurnStore, client: redis.Redis, n: int) -> tuple[float, float]:

@@ -10,11 +10,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
 from runner_core._engine.frozen import freeze, thaw
+from runner_core.status import AgentTurnStatus
 
 if TYPE_CHECKING:
     from runner_core.snapshot import AgentTurnSnapshot
@@ -74,17 +76,22 @@ PROVISIONAL = frozenset(
     }
 )
 
-#: The events that end a turn.
-TERMINAL_EVENTS = frozenset(
+#: The event that ends a turn, by the terminal status it ends with: the one list of both.
+#: Every other list of terminal events derives from it; ``status.TERMINAL`` must equal
+#: its keys (status.py is imported here, so a test pins that instead of an import).
+TERMINAL_EVENT: Mapping[AgentTurnStatus, AgentEventType] = MappingProxyType(
     {
-        AgentEventType.TURN_COMPLETED,
-        AgentEventType.TURN_FAILED,
-        AgentEventType.TURN_CANCELLED,
-        AgentEventType.MAX_ITERATIONS_REACHED,
-        AgentEventType.MAX_STEPS_REACHED,
-        AgentEventType.BUDGET_EXCEEDED,
+        AgentTurnStatus.COMPLETED: AgentEventType.TURN_COMPLETED,
+        AgentTurnStatus.FAILED: AgentEventType.TURN_FAILED,
+        AgentTurnStatus.CANCELLED: AgentEventType.TURN_CANCELLED,
+        AgentTurnStatus.MAX_ITERATIONS_REACHED: AgentEventType.MAX_ITERATIONS_REACHED,
+        AgentTurnStatus.MAX_STEPS_REACHED: AgentEventType.MAX_STEPS_REACHED,
+        AgentTurnStatus.BUDGET_EXCEEDED: AgentEventType.BUDGET_EXCEEDED,
     }
 )
+
+#: The events that end a turn.
+TERMINAL_EVENTS = frozenset(TERMINAL_EVENT.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from runner_core.errors import InvalidResumeError
 from runner_core.snapshot import AgentTurnSnapshot, SuspensionType
-from runner_core.status import AgentTurnStatus
+from runner_core.status import AgentTurnStatus, move
 
 
 class ResumeKind(str, Enum):
@@ -124,7 +124,7 @@ def apply_resume(st: AgentTurnSnapshot, cmd: AgentResumeCommand, now: float) -> 
             "metadata": dict(cmd.metadata),
         }
     )
-    st.status = AgentTurnStatus.RUNNING
+    move(st, AgentTurnStatus.RUNNING)
     st.phase = suspension.resume_phase
     st.suspension = None
     st.next_runnable_at = None

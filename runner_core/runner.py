@@ -12,7 +12,7 @@ from runner_core._engine import tracing
 from runner_core._engine.children import descendants
 from runner_core._engine.kernel import TurnKernel
 from runner_core._engine.step import may_step, run_step
-from runner_core._engine.unloadable import leave_or_fail
+from runner_core._engine.unloadable import UnloadableTurns
 from runner_core._engine.wakeups import Dispatcher, Waker
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
 from runner_core.conversation import ChatMemory, attach_window, project
@@ -83,6 +83,7 @@ class AgentRunner:
         self.waker = Waker(self.store, lambda: self.dispatcher)
         #: How long a turn may wait for a worker that has its agent version (see _held).
         self.unloadable_grace_seconds = 600.0
+        self._unloadable = UnloadableTurns(self.kernel, self.events)
 
     # -- creating -----------------------------------------------------------------------
     def run(
@@ -403,7 +404,7 @@ class AgentRunner:
         try:
             agent = self.loader.load(snapshot.agent_id, snapshot.agent_version)
         except AgentNotFoundError as exc:
-            leave_or_fail(self, snapshot, held, exc)
+            self._unloadable.leave_or_fail(snapshot, held, exc, self.unloadable_grace_seconds)
             return None
         turn = AgentTurn(snapshot, agent)
         turn.held_lease = held

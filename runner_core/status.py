@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from types import MappingProxyType
+from typing import Protocol
 
 
 class AgentTurnStatus(str, Enum):
@@ -65,6 +68,42 @@ TERMINAL = frozenset(
         AgentTurnStatus.BUDGET_EXCEEDED,
     }
 )
+
+_S = AgentTurnStatus
+_ANY_END = frozenset({_S.CANCELLED, _S.FAILED})  # a cancel request; an agent none can load
+
+#: Every status change a turn may make: README "A turn's life" as data. A step moves a
+#: READY turn, a due retry or a woken parent to RUNNING (a resume moves a blocked one);
+#: RUNNING blocks or ends. Any live turn may be cancelled, and failed when no worker can
+#: load its agent (``_engine.unloadable``). An ended turn never changes again.
+TRANSITIONS: Mapping[AgentTurnStatus, frozenset[AgentTurnStatus]] = MappingProxyType(
+    {
+        _S.READY: frozenset({_S.RUNNING}) | _ANY_END,
+        _S.RUNNING: BLOCKED | TERMINAL,
+        **{blocked: frozenset({_S.RUNNING}) | _ANY_END for blocked in BLOCKED},
+        **{ended: frozenset() for ended in TERMINAL},
+    }
+)
+
+
+class IllegalTransitionError(RuntimeError):
+    """Raised when code changes a turn's status along an arrow ``TRANSITIONS`` lacks (a bug)."""
+
+    def __init__(self, turn_id: str, old: AgentTurnStatus, new: AgentTurnStatus) -> None:
+        super().__init__(f"turn {turn_id}: no transition {old.value} -> {new.value}")
+        self.turn_id, self.old, self.new = turn_id, old, new
+
+
+class _HasStatus(Protocol):
+    id: str
+    status: AgentTurnStatus
+
+
+def move(turn: _HasStatus, new: AgentTurnStatus) -> None:
+    """Set ``turn.status`` to ``new``, the one way any status changes; checked first."""
+    if new not in TRANSITIONS[turn.status]:
+        raise IllegalTransitionError(turn.id, turn.status, new)
+    turn.status = new
 
 
 class AgentTurnPhase(str, Enum):

@@ -50,23 +50,20 @@ from runner_core import (
     RetryPolicy,
 )
 from runner_core.errors import AgentWorkerError, ConfigurationError
+from runner_core.events import TERMINAL_EVENTS
 from stores.redis import Keyspace, RedisOutbox, make_client
 
 log = logging.getLogger("agentworker.webhooks")
 
-TERMINAL_EVENTS = {
-    AgentEventType.TURN_COMPLETED,
-    AgentEventType.TURN_CANCELLED,
-    AgentEventType.MAX_ITERATIONS_REACHED,
-    AgentEventType.MAX_STEPS_REACHED,
-    AgentEventType.BUDGET_EXCEEDED,
-}
+#: The terminal events announced as ``turn.ended``: all but a failure, which has its own
+#: type (``turn.failed``) so that a receiver can page on it alone (docs/webhooks.md).
+ENDED_EVENTS = TERMINAL_EVENTS - {AgentEventType.TURN_FAILED}
 #: The Standard Webhooks ``type`` of each event that needs someone.
 EVENT_TYPES: dict[AgentEventType, str] = {
     AgentEventType.TOOL_APPROVAL_REQUESTED: "turn.waiting_for_approval",
     AgentEventType.TOOL_INPUT_REQUESTED: "turn.waiting_for_input",
     AgentEventType.TURN_FAILED: "turn.failed",
-    **{e: "turn.ended" for e in TERMINAL_EVENTS},
+    **{e: "turn.ended" for e in ENDED_EVENTS},
 }
 #: Seconds a hinted or in-flight delivery is held before the sweep sends it again.
 HOLD_SECONDS = 60.0

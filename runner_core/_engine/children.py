@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from runner_core._engine import tracing
-from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core.errors import AgentNotFoundError
 from runner_core.events import AgentEventType as E
 from runner_core.messages import ToolCall, UserMessage
@@ -26,7 +27,7 @@ from runner_core.planning import (
 )
 from runner_core.policy import AgentBudget, AgentExecutionPolicy
 from runner_core.snapshot import AgentTurnSnapshot, Suspension, SuspensionType
-from runner_core.status import AgentTurnPhase, AgentTurnStatus
+from runner_core.status import AgentTurnPhase, AgentTurnStatus, move
 from runner_core.store import AgentTurnStore, waiting_child_ids
 from runner_core.turn import AgentTurn
 
@@ -69,14 +70,34 @@ def active_plan(turn: AgentTurn) -> TaskPlan | None:
     return plan
 
 
-def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
-    """Start every ready task as a child turn; True if the turn now waits for children."""
+@dataclass(frozen=True, slots=True)
+class TaskStart:
+    """What starting a plan's ready tasks made: child turns to create, and their events."""
+
+    children: tuple[AgentTurnSnapshot, ...]
+    #: TASK_FAILED for tasks whose agent could not load, TASK_STARTED and CHILD_STARTED.
+    events: tuple[EventSpec, ...]
+
+    def suspension(self) -> Suspension:
+        """What the parent waits for while these children run."""
+        ids = [c.id for c in self.children]
+        return Suspension(
+            type=SuspensionType.CHILD,
+            correlation_id=ids[0] if len(ids) == 1 else None,
+            message=f"waiting for {len(ids)} child turn(s)",
+            resume_phase=AgentTurnPhase.TOOLS,
+            metadata={"child_turn_ids": ids},
+        )
+
+
+def start_tasks(k: TurnKernel, turn: AgentTurn) -> TaskStart | None:
+    """Start every ready task as a child turn (not yet written); None if none is ready."""
     plan = active_plan(turn)
     if plan is None:
-        return False
+        return None
     ready = plan.runnable()
     if not ready:
-        return False
+        return None
     st, now = turn.state, k.store.now()
     policy = child_policy(k.policy(turn), st, now, share=len(ready))
     children: list[AgentTurnSnapshot] = []
@@ -93,33 +114,15 @@ def advance_plan(k: TurnKernel, turn: AgentTurn) -> bool:
         child = _child(st, plan, task, agent.version, policy, now)
         task.status, task.child_turn_id = TaskStatus.RUNNING, child.id
         children.append(child)
-    if not children:
-        k.commit(turn, after=_failed_events(failed))
-        return False
+    events = _failed_events(failed)
     ids = [c.id for c in children]
-    st.status = AgentTurnStatus.WAITING_FOR_CHILD
-    st.suspension = Suspension(
-        type=SuspensionType.CHILD,
-        correlation_id=ids[0] if len(ids) == 1 else None,
-        message=f"waiting for {len(ids)} child turn(s)",
-        resume_phase=AgentTurnPhase.TOOLS,
-        metadata={"child_turn_ids": ids},
-    )
-    after = _failed_events(failed)
     for child, task in zip(
         children, (t for t in plan.tasks if t.child_turn_id in ids), strict=True
     ):
         started = {"child_turn_id": child.id, "agent_id": child.agent_id}
-        after.append((E.TASK_STARTED, {"task_id": task.id, **started}))
-        after.append((E.CHILD_STARTED, started))
-    suspended = {
-        "correlation_id": st.suspension.correlation_id,
-        "message": st.suspension.message,
-        "child_turn_ids": ids,
-    }
-    after.append((E.TURN_SUSPENDED, suspended))
-    k.commit(turn, children, last=True, after=after)
-    return True
+        events.append((E.TASK_STARTED, {"task_id": task.id, **started}))
+        events.append((E.CHILD_STARTED, started))
+    return TaskStart(tuple(children), tuple(events))
 
 
 def _failed_events(failed: list[PlanTask]) -> list[tuple[E, dict[str, Any]]]:
@@ -211,8 +214,8 @@ def settle_children(k: TurnKernel, turn: AgentTurn) -> None:
             child_status=result.status.value,
             error=task.error,
         )
-    phase = st.suspension.resume_phase
-    st.status, st.phase, st.suspension = AgentTurnStatus.RUNNING, phase, None
+    move(st, AgentTurnStatus.RUNNING)
+    st.phase, st.suspension = st.suspension.resume_phase, None
     st.child_results = {}
     k.emit(turn, E.TURN_RESUMED, child_turn_ids=ids)
 

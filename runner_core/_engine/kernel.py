@@ -17,24 +17,22 @@ from typing import Any, TypeVar
 from runner_core._engine import tracing
 from runner_core.agent import AgentLoader
 from runner_core.errors import ConcurrentModificationError, LeaseLostError, StoreUnavailableError
-from runner_core.events import PROVISIONAL, AgentEvent, AgentEventType, EventBus, make_event
+from runner_core.events import (
+    PROVISIONAL,
+    TERMINAL_EVENT,
+    AgentEvent,
+    AgentEventType,
+    EventBus,
+    make_event,
+)
 from runner_core.messages import AiMessage, ToolMessage
 from runner_core.middleware import Middleware
 from runner_core.planning import TaskStatus
 from runner_core.policy import AgentExecutionPolicy
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo
-from runner_core.status import AgentTurnStatus
+from runner_core.status import AgentTurnStatus, move
 from runner_core.store import AgentTurnStore, Commit, SaveResult, TurnControl
 from runner_core.turn import AgentTurn
-
-TERMINAL_EVENT = {
-    AgentTurnStatus.COMPLETED: AgentEventType.TURN_COMPLETED,
-    AgentTurnStatus.FAILED: AgentEventType.TURN_FAILED,
-    AgentTurnStatus.CANCELLED: AgentEventType.TURN_CANCELLED,
-    AgentTurnStatus.MAX_ITERATIONS_REACHED: AgentEventType.MAX_ITERATIONS_REACHED,
-    AgentTurnStatus.MAX_STEPS_REACHED: AgentEventType.MAX_STEPS_REACHED,
-    AgentTurnStatus.BUDGET_EXCEEDED: AgentEventType.BUDGET_EXCEEDED,
-}
 
 T = TypeVar("T")
 AfterSave = Callable[[AgentTurn], None]
@@ -236,7 +234,7 @@ class TurnKernel:
             if error is not None:
                 st.error = ErrorInfo.of(error)
                 turn.live_error = error
-        st.status = status
+        move(st, status)
         st.suspension = None
         st.next_runnable_at = None
         st.child_results = {}

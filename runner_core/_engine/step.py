@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, assert_never
+from typing import assert_never
 
 from runner_core._engine import budget
 from runner_core._engine.calls import call_model, checked_message, invoke_tool, is_retryable
 from runner_core._engine.children import (
-    advance_plan,
+    TaskStart,
     is_plan_call,
     planning_policy,
     settle_children,
+    start_tasks,
     store_plan,
 )
-from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
@@ -32,6 +33,7 @@ from runner_core.planning import UPDATE_PLAN, TaskStatus, plan_result
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, SuspensionType
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
+from runner_core.status import move
 from runner_core.tools import (
     ApprovalDecision,
     InvalidToolArguments,
@@ -42,10 +44,17 @@ from runner_core.turn import AgentStepResult, AgentTurn
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Save the work so far (then ``events``) in the middle of a step, which goes on."""
+
+    events: tuple[EventSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Continue:
     """The step's work is saved (by ``_apply``, then ``events`` emitted); it may go on."""
 
-    events: tuple[tuple[E, dict[str, Any]], ...] = ()
+    events: tuple[EventSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,13 @@ class Suspend:
     status: Status
     suspension: Suspension
     notice: E
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForChildren:
+    """The plan's ready tasks start as child turns, created by the same commit; it waits."""
+
+    start: TaskStart
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +90,7 @@ class Finish:
     error: BaseException | None = None
 
 
-Outcome = Continue | Suspend | Retry | Finish
+Outcome = Checkpoint | Continue | Suspend | WaitForChildren | Retry | Finish
 
 _INFRA_ERRORS = (LeaseLostError, ConcurrentModificationError)
 
@@ -112,8 +128,13 @@ class _Step:
             )
         if reason := budget.at_step_entry(st, self.policy.budget, k.store.now):
             return self._end(Finish(Status.BUDGET_EXCEEDED, reason))
-        if advance_plan(k, self.turn):
-            return self.result
+        match start_tasks(k, self.turn):
+            case TaskStart(children=()) as start:  # no child could start: record, step on
+                self._apply(Checkpoint(start.events), in_step=False)
+            case TaskStart() as start:
+                return self._end(WaitForChildren(start))
+            case None:
+                pass
         st.step_count += 1
         return chain_step(k.middleware(self.turn), self.turn, self._body)
 
@@ -122,11 +143,12 @@ class _Step:
         if st.status is Status.WAITING_FOR_CHILD:
             settle_children(self.k, self.turn)  # every awaited child has reported
         elif st.status is Status.READY:
-            st.status = Status.RUNNING
+            move(st, Status.RUNNING)
             self.k.emit(self.turn, E.TURN_STARTED if st.step_count == 0 else E.TURN_RESUMED)
         elif st.status is Status.RETRY_SCHEDULED:
             st.phase = st.suspension.resume_phase if st.suspension else st.phase
-            st.status, st.suspension, st.next_runnable_at = Status.RUNNING, None, None
+            move(st, Status.RUNNING)
+            st.suspension, st.next_runnable_at = None, None
             self.k.emit(self.turn, E.TURN_RESUMED, retry=st.retry_count)
 
     def _body(self) -> AgentStepResult:
@@ -344,7 +366,7 @@ class _Step:
         st.submitted_inputs.pop(call.id, None)
         self.result.tool_messages.append(message)
         if st.pending_tool_calls:
-            self.k.commit(self.turn)  # saved before the next call runs
+            self._apply(Checkpoint(), in_step=False)  # saved before the next call runs
         else:
             st.phase = Phase.MODEL  # saved by the step's last save, right after
         return None
@@ -361,8 +383,10 @@ class _Step:
 
     def _apply(self, outcome: Outcome, *, in_step: bool) -> None:
         st, k, turn = self.st, self.k, self.turn
-        done: list[tuple[E, dict[str, Any]]] = [(E.STEP_COMPLETED, {})] if in_step else []
+        done: list[EventSpec] = [(E.STEP_COMPLETED, {})] if in_step else []
         match outcome:
+            case Checkpoint(events=events):
+                k.commit(turn, after=events)
             case Continue(events=events):
                 saved = k.commit(turn, last=True, after=[*events, *done])
                 if saved.cancel_requested and not saved.lease_released:
@@ -370,10 +394,18 @@ class _Step:
                     cancel = Finish(Status.CANCELLED, k.cancellation_reason(turn))
                     return self._apply(cancel, in_step=False)
             case Suspend(status=status, suspension=suspension, notice=notice):
-                st.status, st.suspension = status, suspension
+                move(st, status)
+                st.suspension = suspension
                 data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
                 after = [(notice, {**data, **suspension.metadata}), (E.TURN_SUSPENDED, data)]
                 k.commit(turn, last=True, after=[*done, *after])
+            case WaitForChildren(start=start):
+                move(st, Status.WAITING_FOR_CHILD)
+                st.suspension = suspension = start.suspension()
+                data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
+                ids = [c.id for c in start.children]
+                suspended = (E.TURN_SUSPENDED, {**data, "child_turn_ids": ids})
+                k.commit(turn, start.children, last=True, after=[*done, *start.events, suspended])
             case Retry(error=error, phase=phase):
                 ended = self._schedule_retry(error, phase, done)
                 if ended is not None:
@@ -384,7 +416,7 @@ class _Step:
                 assert_never(outcome)
 
     def _schedule_retry(
-        self, error: BaseException, phase: Phase, done: list[tuple[E, dict[str, Any]]]
+        self, error: BaseException, phase: Phase, done: list[EventSpec]
     ) -> Finish | None:
         st = self.st
         st.retry_count += 1
@@ -397,7 +429,8 @@ class _Step:
             due = now + delay - st.created_at
             reason = f"max_duration_seconds (retry due at {due:.3f}, limit={limit})"
             return Finish(Status.BUDGET_EXCEEDED, reason, error)
-        st.status, st.phase, st.next_runnable_at = Status.RETRY_SCHEDULED, phase, now + delay
+        move(st, Status.RETRY_SCHEDULED)
+        st.phase, st.next_runnable_at = phase, now + delay
         st.error = ErrorInfo.of(error)
         st.suspension = Suspension(
             type=SuspensionType.RETRY,

@@ -113,16 +113,16 @@ class AgentTurnStore(Protocol):
 
     Contract (every implementation passes the same suite):
 
-    * ``save(s, -1)`` creates version 0; ``save(s, v)`` stores ``v + 1``. A mismatch, or
-      creating an id that exists, raises ``ConcurrentModificationError(id, expected,
-      actual)``; an unknown id raises ``TurnNotFoundError``. Creating a root turn with a
-      ``conversation_id`` raises ``AgentConversationBusyException`` when that conversation
-      has a non-terminal turn; check and creation are one atomic operation.
+    * A commit expecting version ``-1`` creates version 0; expecting ``v`` stores ``v + 1``.
+      A mismatch, or creating an id that exists, raises ``ConcurrentModificationError(id,
+      expected, actual)``; an unknown id raises ``TurnNotFoundError``. Creating a root turn
+      with a ``conversation_id`` raises ``AgentConversationBusyException`` when that
+      conversation has a non-terminal turn; check and creation are one atomic operation.
     * Messages are append-only: a save whose stored messages differ raises
       ``HistoryRewrittenError``; only new messages are written.
-    * Every write is a ``commit`` (``save`` and ``save_parent_and_children`` are commits):
-      a writer without the live lease is refused with ``TurnLeasedError`` (saying when it
-      expires), a writer naming a lease that is not the stored one with ``LeaseLostError``.
+    * Every write is a ``commit``: a writer without the live lease is refused with
+      ``TurnLeasedError`` (saying when it expires), a writer naming a lease that is not the
+      stored one with ``LeaseLostError``.
     * Saves never change the lease (the store owns it) and never clear the cancel flag: the
       stored flag is OR-ed with the snapshot's and returned in ``SaveResult``.
     * Committed events are numbered 1, 2, 3, ... per turn by the store and kept in the
@@ -145,31 +145,6 @@ class AgentTurnStore(Protocol):
 
     def commit(self, commit: Commit) -> SaveResult:
         """Write one change of a turn, or refuse it and change nothing (see ``Commit``)."""
-        ...
-
-    def save(
-        self,
-        snapshot: AgentTurnSnapshot,
-        expected_version: int,
-        release: LeaseRef | None = None,
-        *,
-        lease: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit without events: create (``expected_version=-1``) or update.
-
-        ``lease``: the writer holds that lease (and keeps it). ``release``: the writer holds
-        that lease and gives it back in the same write.
-        """
-        ...
-
-    def save_parent_and_children(
-        self,
-        parent: AgentTurnSnapshot,
-        expected_parent_version: int,
-        children: Sequence[AgentTurnSnapshot],
-        release: LeaseRef | None = None,
-    ) -> SaveResult:
-        """Update the parent and create its children in one atomic write (see ``save``)."""
         ...
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:

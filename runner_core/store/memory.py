@@ -29,10 +29,11 @@ from runner_core.store import (
     SaveResult,
     TurnControl,
     TurnListing,
+    Wakeups,
     is_claimable,
     waiting_child_ids,
 )
-from runner_core.store.memory_wakeups import MemoryWakeups
+from runner_core.store.wakeup_index import WakeupIndex
 
 
 @dataclass(slots=True)
@@ -43,7 +44,7 @@ class _Record:
     last: tuple[str, SaveResult] | None = None
 
 
-class InMemoryAgentTurnStore(MemoryWakeups):
+class InMemoryAgentTurnStore:
     """Turns in a dict behind one lock; saves append new messages only.
 
     ``keep_events``: committed events are kept per tree (at most ``max_events`` each) for
@@ -63,8 +64,7 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         self._conversations: dict[str, str] = {}
         self._children: dict[str, list[str]] = {}
         self._events: dict[str, deque[AgentEvent]] | None = {} if keep_events else None
-        self._since: dict[str, float] = {}  # since when a turn is runnable (if it is)
-        self._queued: dict[str, float] = {}  # until when a queued wake-up is trusted
+        self._wakeups = WakeupIndex(clock)
         #: How long a queued wake-up is trusted before the sweeper sends another (seconds).
         self.requeue_after = 300.0
         #: Whether committed events are kept (a runner builds them only then, or to listeners).
@@ -95,39 +95,6 @@ class InMemoryAgentTurnStore(MemoryWakeups):
             for child in commit.children:
                 self._check_create(child)
             return self._apply(commit, record)
-
-    def save(
-        self,
-        snapshot: AgentTurnSnapshot,
-        expected_version: int,
-        release: LeaseRef | None = None,
-        *,
-        lease: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit without events; ``lease``: written as its holder; ``release``: and freed."""
-        writer = release if release is not None else lease
-        return self.commit(
-            Commit(snapshot, expected_version, uuid.uuid4().hex, writer, release is not None)
-        )
-
-    def save_parent_and_children(
-        self,
-        parent: AgentTurnSnapshot,
-        expected_parent_version: int,
-        children: Sequence[AgentTurnSnapshot],
-        release: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit that also creates ``children``."""
-        return self.commit(
-            Commit(
-                parent,
-                expected_parent_version,
-                uuid.uuid4().hex,
-                release,
-                release is not None,
-                tuple(children),
-            )
-        )
 
     def read_events(
         self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
@@ -165,7 +132,7 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         """Live turns by the states the Redis store's indexes count (``agentworker_turns``)."""
         with self._lock:
             now = self._clock()
-            headers = [self._records[turn_id].header for turn_id in self._live]
+            headers = self._live_headers()
         return {
             "live": len(headers),
             "runnable": sum(1 for h in headers if _indexed_runnable(h)),
@@ -211,7 +178,7 @@ class InMemoryAgentTurnStore(MemoryWakeups):
                 owner=worker_id, lease_id=uuid.uuid4().hex, until=now + lease_ms / 1000
             )
             h.version += 1
-            self._queued.pop(turn_id, None)
+            self._wakeups.claimed(turn_id)
             return self.load(turn_id)
 
     def claim_runnable(
@@ -250,8 +217,39 @@ class InMemoryAgentTurnStore(MemoryWakeups):
             if lease is None or (lease.owner, lease.lease_id) != (worker_id, lease_id):
                 return False
             h.lease = None
-            self._since[turn_id] = self._clock()
+            self._wakeups.released(turn_id)
             return True
+
+    def mark_queued(self, turn_ids: Sequence[str]) -> None:
+        """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
+        with self._lock:
+            known = [self._records[t].header for t in turn_ids if t in self._records]
+            self._wakeups.mark(known, self._clock() + self.requeue_after)
+
+    def unmark_queued(self, turn_id: str) -> None:
+        """The wake-up for this turn was not sent after all."""
+        with self._lock:
+            self._wakeups.unmark(turn_id)
+
+    def forget_queued(self, before: float) -> int:
+        """Wake-ups marked queued before ``before`` may be lost: clear those marks."""
+        with self._lock:
+            return self._wakeups.forget(before + self.requeue_after)
+
+    def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
+        """Scheduled retries whose time has come and no queued wake-up covers."""
+        with self._lock:
+            return self._wakeups.scan(self._live_headers(), now, limit, retries_only=True)
+
+    def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
+        """Turns runnable for ``older_than`` seconds that nobody serves."""
+        with self._lock:
+            bound = now - older_than
+            return self._wakeups.scan(self._live_headers(), bound, limit, retries_only=False)
+
+    def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
+        """Due retries and lost wake-ups (a scan of live turns: the embedded store)."""
+        return Wakeups(self.due_turn_ids(now, limit), self.stale_turn_ids(now, lost_after, limit))
 
     def list_turns(
         self,
@@ -322,6 +320,9 @@ class InMemoryAgentTurnStore(MemoryWakeups):
 
     # -- internals (caller holds the lock) -------------------------------------------
 
+    def _live_headers(self) -> list[AgentTurnSnapshot]:
+        return [self._records[turn_id].header for turn_id in self._live]
+
     def _get(self, turn_id: str) -> _Record:
         record = self._records.get(turn_id)
         if record is None:
@@ -384,9 +385,9 @@ class InMemoryAgentTurnStore(MemoryWakeups):
         if commit.wake:
             until = self._clock() + self.requeue_after
             marked = [s.id, *(c.id for c in commit.children)]
-            self._mark(
-                [*marked, *([s.parent_turn_id] if woken and s.parent_turn_id else [])], until
-            )
+            if woken and s.parent_turn_id:
+                marked.append(s.parent_turn_id)
+            self._wakeups.mark([self._records[t].header for t in marked], until)
         result = SaveResult(h.version, h.cancel_requested, released, first, woken)
         record.last = (commit.request_id, result)
         return result
@@ -462,11 +463,9 @@ class InMemoryAgentTurnStore(MemoryWakeups):
     def _index(self, header: AgentTurnSnapshot, created: bool) -> None:
         if header.status.is_terminal:
             self._live.pop(header.id, None)
-            self._since.pop(header.id, None)
-            self._queued.pop(header.id, None)
         else:
             self._live[header.id] = None
-            self._since[header.id] = self._clock()
+        self._wakeups.written(header)
         if created:
             if header.parent_turn_id is not None:
                 self._children.setdefault(header.parent_turn_id, []).append(header.id)

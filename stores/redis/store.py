@@ -32,7 +32,7 @@ from runner_core.events import AgentEvent, event_json
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
-from runner_core.store import CancelResult, Commit, LeaseRef, SaveResult, TurnControl, Wakeups
+from runner_core.store import CancelResult, Commit, SaveResult, TurnControl, Wakeups
 from stores.redis.cache import Known, TagIndex, TurnCache
 from stores.redis.clock import ServerClock
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
@@ -131,34 +131,6 @@ class RedisAgentTurnStore:
         """The one write of a turn (``commit.lua``): one round trip; see ``Commit``."""
         with self.guard:
             return self.writer.commit(commit)
-
-    def save(
-        self,
-        snapshot: AgentTurnSnapshot,
-        expected_version: int,
-        release: LeaseRef | None = None,
-        *,
-        lease: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit without events; ``lease``: written as its holder; ``release``: and freed."""
-        writer = release if release is not None else lease
-        return self.commit(
-            Commit(snapshot, expected_version, self.request_id(), writer, release is not None)
-        )
-
-    def save_parent_and_children(
-        self,
-        parent: AgentTurnSnapshot,
-        expected_parent_version: int,
-        children: Sequence[AgentTurnSnapshot],
-        release: LeaseRef | None = None,
-    ) -> SaveResult:
-        """A commit that also creates ``children`` (all checked first)."""
-        rid = self.request_id()
-        held = release is not None
-        return self.commit(
-            Commit(parent, expected_parent_version, rid, release, held, tuple(children))
-        )
 
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""

@@ -11,6 +11,7 @@ from runner_core import ConfigurationError, StoreUnavailableError
 from stores import RedisAgentTurnStore
 from stores.redis.connection import cluster_seeds, is_cluster, make_client, redact
 from tests.support.cluster import LocalCluster, cluster_port
+from tests.support.commits import save
 from tests.support.stores import snap
 
 
@@ -64,7 +65,7 @@ def test_the_store_takes_a_cluster_url_or_a_cluster_client(
     by_url = RedisAgentTurnStore(redis_cluster.url, namespace=namespace)
     assert is_cluster(by_url.redis) and by_url.scripts.cluster
     s = snap()
-    by_url.save(s, -1)
+    save(by_url, s, -1)
     client = RedisCluster(host="127.0.0.1", port=redis_cluster.ports[0])
     given = RedisAgentTurnStore(client, namespace=namespace)  # type: ignore[arg-type]
     assert given.load(s.id).id == s.id

@@ -20,6 +20,7 @@ from agentworker.settings import Settings
 from runner_core import AgentRunner, AgentTurnStatus, InMemoryAgentLoader, TurnNotFoundError
 from stores import RedisAgentTurnStore
 from tests.support.cluster import LocalCluster
+from tests.support.commits import save
 from tests.support.servers import RedisServer
 from tests.support.stores import child_of, commands_served, snap
 
@@ -47,9 +48,9 @@ def end_turns(store: RedisAgentTurnStore, n: int) -> list[str]:
     ids = []
     for _ in range(n):
         s = snap()
-        store.save(s, -1)
+        save(store, s, -1)
         s.status = AgentTurnStatus.COMPLETED
-        store.save(s, 0)
+        save(store, s, 0)
         ids.append(s.id)
     return ids
 
@@ -120,7 +121,7 @@ def test_turns_indexed_by_the_single_keys_of_earlier_releases_are_found_and_migr
     # Given turns whose tags sit in the single partition sets (the layout before buckets)
     live = [snap() for _ in range(30)]
     for s in live:
-        store.save(s, -1)
+        save(store, s, -1)
     k = store.keys
     for tag in [store.tag_of(s.id) for s in live]:
         for bucket, legacy in ((k.partitions(tag), k.legacy_partitions),
@@ -155,10 +156,10 @@ def test_turns_refused_at_the_front_never_stall_retention(store: RedisAgentTurnS
     held_back = []
     for _ in range(5):
         root = snap(status=AgentTurnStatus.RUNNING)
-        store.save(root, -1)
-        store.save(child_of(root), -1)
+        save(store, root, -1)
+        save(store, child_of(root), -1)
         root.status = AgentTurnStatus.FAILED
-        store.save(root, 0)
+        save(store, root, 0)
         held_back.append(root.id)
     free = end_turns(store, 5)
     time.sleep(0.01)

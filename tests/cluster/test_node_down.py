@@ -11,6 +11,7 @@ import pytest
 from runner_core import StoreUnavailableError
 from stores import RedisAgentTurnStore
 from tests.support.cluster import LocalCluster
+from tests.support.commits import save
 from tests.support.stores import snap
 
 
@@ -25,7 +26,7 @@ def test_trees_on_the_other_masters_go_on_when_one_master_is_killed(tmp_path: Pa
         store = RedisAgentTurnStore(cluster.url, namespace="down")
         turns = [snap() for _ in range(30)]
         for s in turns:
-            store.save(s, -1)
+            save(store, s, -1)
         dead = cluster.ports[0]
         on_dead = {s.id for s in turns if master_of(store, s.id) == dead}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from stores import RedisAgentTurnStore
 from tests.support.cluster import LocalCluster
+from tests.support.commits import save
 from tests.support.stores import snap
 
 
@@ -30,7 +31,7 @@ def test_a_slot_moved_after_the_map_was_read_is_followed(tmp_path: Path) -> None
             cluster.node(port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)  # type: ignore[no-untyped-call]
         fresh = RedisAgentTurnStore(cluster.url, namespace="mv")
         for s in (moved, stays):
-            fresh.save(s, -1)
+            save(fresh, s, -1)
         assert cluster.node(target).exists(key) == 1
 
         # When the store with the old map marks both turns in one grouped call
@@ -51,7 +52,7 @@ def test_grouped_calls_reload_scripts_a_master_lost(redis_cluster: LocalCluster)
     store = RedisAgentTurnStore(redis_cluster.url, namespace=f"ns{time.time_ns()}")
     turns = [snap() for _ in range(12)]
     for s in turns:
-        store.save(s, -1)
+        save(store, s, -1)
     for port in redis_cluster.ports:  # as after a restart or a failover to a replica
         redis_cluster.node(port).script_flush()
     store.mark_queued([s.id for s in turns])

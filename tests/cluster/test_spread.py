@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stores import RedisAgentTurnStore
 from tests.support.cluster import LocalCluster
+from tests.support.commits import save
 from tests.support.stores import commands_served, snap
 
 
@@ -15,7 +16,7 @@ def test_root_creations_spread_their_global_writes_over_the_masters(
 
     # Given 600 root turns, each in its own tree (its own tag)
     for _ in range(600):
-        store.save(snap(), -1)
+        save(store, snap(), -1)
 
     # Then the partition buckets they were added to live on every master, none with most
     entries: dict[int, int] = {}

@@ -23,6 +23,7 @@ from runner_core import (
     UserMessage,
 )
 from runner_core.policy import validate_metadata
+from tests.support.commits import save
 from tests.support.scripts import Script, agent, stored_ids
 
 
@@ -87,7 +88,8 @@ def test_restore_with_an_unknown_agent_version_is_refused(
     runner: AgentRunner, store: InMemoryAgentTurnStore
 ) -> None:
     runner.loader.register(agent(Script(), version="1"))  # type: ignore[attr-defined]
-    store.save(
+    save(
+        store,
         AgentTurnSnapshot(
             id="t",
             agent_id="support",

@@ -22,6 +22,7 @@ from runner_core import (
     TurnNotFoundError,
     tool,
 )
+from tests.support.commits import save
 from tests.support.scripts import EventLog, Script, agent, ai_messages, ask, call, tool_messages
 
 
@@ -120,7 +121,7 @@ def test_cancel_flag_survives_a_stale_save(
     # When cancellation is requested, then the stale copy is saved
     assert store.request_cancellation(turn.id, "stop")
     assert not store.request_cancellation(turn.id, "again")
-    result = store.save(stale, stale.version)
+    result = save(store, stale, stale.version)
 
     # Then the flag and its reason are still set, and the save says so
     assert result.cancel_requested is True

@@ -18,6 +18,7 @@ from runner_core import (
     ModelRequest,
     tool,
 )
+from tests.support.commits import save
 from tests.support.scripts import Script, agent, ask, call
 
 
@@ -53,7 +54,7 @@ def test_stale_worker_is_fenced_after_its_lease_is_reclaimed(
     with pytest.raises((LeaseLostError, ConcurrentModificationError)):
         runner_a.save_snapshot(held_a)
     with pytest.raises(ConcurrentModificationError) as caught:
-        store.save(held_a.state, held_a.version)
+        save(store, held_a.state, held_a.version)
     assert (caught.value.expected, caught.value.actual) == (held_a.version, snap_b.version)
     assert store.load(turn.id) == before
     assert script.calls == 0 and ran == []

@@ -33,6 +33,7 @@ from runner_core import (
     tool,
 )
 from runner_core.resume import apply_resume
+from tests.support.commits import save
 from tests.support.scripts import Script, agent, ask, call, tool_messages
 
 
@@ -91,7 +92,7 @@ def child_wait_snapshot(runner: AgentRunner, store: InMemoryAgentTurnStore) -> A
         created_at=now,
         updated_at=now,
     )
-    store.save(snapshot, -1)
+    save(store, snapshot, -1)
     return snapshot.model_copy(update={"version": 0})
 
 

@@ -27,6 +27,7 @@ from runner_core import (
     UserMessage,
     tool,
 )
+from tests.support.commits import save, save_tree
 from tests.support.scripts import Script, agent, ask, call, stored_ids
 
 HI = UserMessage("hi")
@@ -49,7 +50,7 @@ def snap(turn_id: str = "t1", **fields: Any) -> AgentTurnSnapshot:
 def test_versions_start_at_zero_and_grow_by_one(store: InMemoryAgentTurnStore) -> None:
     s = snap()
 
-    results = [store.save(s, -1), store.save(s, 0), store.save(s, 1)]
+    results = [save(store, s, -1), save(store, s, 0), save(store, s, 1)]
 
     assert [r.version for r in results] == [0, 1, 2]
     assert store.load("t1").version == 2
@@ -57,21 +58,21 @@ def test_versions_start_at_zero_and_grow_by_one(store: InMemoryAgentTurnStore) -
 
 
 def test_creating_an_existing_id_conflicts(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
-    store.save(snap(), 0)
+    save(store, snap(), -1)
+    save(store, snap(), 0)
 
     with pytest.raises(ConcurrentModificationError) as caught:
-        store.save(snap(), -1)
+        save(store, snap(), -1)
 
     assert (caught.value.turn_id, caught.value.expected, caught.value.actual) == ("t1", -1, 1)
 
 
 def test_stale_version_conflicts_and_writes_nothing(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
-    store.save(snap(), 0)
+    save(store, snap(), -1)
+    save(store, snap(), 0)
 
     with pytest.raises(ConcurrentModificationError) as caught:
-        store.save(snap(status=AgentTurnStatus.FAILED), 0)
+        save(store, snap(status=AgentTurnStatus.FAILED), 0)
 
     assert (caught.value.expected, caught.value.actual) == (0, 1)
     assert "expected version 0, stored version 1" in str(caught.value)
@@ -82,7 +83,7 @@ def test_unknown_id_raises_turn_not_found(store: InMemoryAgentTurnStore) -> None
     for op in (
         lambda: store.load("nope"),
         lambda: store.peek("nope"),
-        lambda: store.save(snap("nope"), 0),
+        lambda: save(store, snap("nope"), 0),
         lambda: store.request_cancellation("nope"),
         lambda: store.claim("nope", "w", store.now(), 1000),
         lambda: store.renew_lease("nope", "w", "l", 0.0, 1.0),
@@ -94,7 +95,7 @@ def test_unknown_id_raises_turn_not_found(store: InMemoryAgentTurnStore) -> None
 
 
 def test_loads_are_copies(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(metadata={"a": {"b": 1}}), -1)
+    save(store, snap(metadata={"a": {"b": 1}}), -1)
 
     loaded = store.load("t1")
     loaded.messages.append(AiMessage("x"))
@@ -108,7 +109,7 @@ def test_loads_are_copies(store: InMemoryAgentTurnStore) -> None:
 
 
 def test_saves_never_change_the_lease(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
+    save(store, snap(), -1)
     claimed = store.claim("t1", "w", store.now(), 10_000)
     assert claimed is not None
 
@@ -122,12 +123,12 @@ def test_saves_never_change_the_lease(store: InMemoryAgentTurnStore) -> None:
 
 
 def test_a_write_without_the_live_lease_is_refused(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
+    save(store, snap(), -1)
     claimed = store.claim("t1", "w", store.now(), 10_000)
     assert claimed is not None
 
     with pytest.raises(TurnLeasedError) as refused:
-        store.save(claimed, claimed.version)
+        save(store, claimed, claimed.version)
     with pytest.raises(LeaseLostError):
         store.commit(Commit(claimed, claimed.version, "r2", lease=("w", "not-the-lease-id")))
 
@@ -136,7 +137,7 @@ def test_a_write_without_the_live_lease_is_refused(store: InMemoryAgentTurnStore
 
 
 def test_claim_bumps_the_version(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
+    save(store, snap(), -1)
 
     claimed = store.claim("t1", "w", store.now(), 10_000)
 
@@ -147,7 +148,7 @@ def test_claim_bumps_the_version(store: InMemoryAgentTurnStore) -> None:
 
 
 def test_twenty_concurrent_claims_have_one_winner(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
+    save(store, snap(), -1)
     barrier = threading.Barrier(20)
     won: list[str] = []
 
@@ -182,14 +183,14 @@ def test_twenty_concurrent_claims_have_one_winner(store: InMemoryAgentTurnStore)
 def test_which_statuses_are_claimable(
     store: InMemoryAgentTurnStore, status: AgentTurnStatus, claimable: bool
 ) -> None:
-    store.save(snap(status=status), -1)
+    save(store, snap(status=status), -1)
 
     assert (store.claim("t1", "w", store.now(), 1000) is not None) is claimable
 
 
 def test_retry_scheduled_is_claimable_only_when_due(store: InMemoryAgentTurnStore) -> None:
     now = store.now()
-    store.save(snap(status=AgentTurnStatus.RETRY_SCHEDULED, next_runnable_at=now + 100), -1)
+    save(store, snap(status=AgentTurnStatus.RETRY_SCHEDULED, next_runnable_at=now + 100), -1)
 
     assert store.claim("t1", "w", now, 1000) is None
     assert store.claim_runnable("w", now + 99, 1000, 10) == []
@@ -198,7 +199,7 @@ def test_retry_scheduled_is_claimable_only_when_due(store: InMemoryAgentTurnStor
 
 
 def test_waiting_turn_with_cancel_requested_is_claimable(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(status=AgentTurnStatus.WAITING_FOR_APPROVAL), -1)
+    save(store, snap(status=AgentTurnStatus.WAITING_FOR_APPROVAL), -1)
     assert store.request_cancellation("t1")
 
     assert store.claim("t1", "w", store.now(), 1000) is not None
@@ -216,7 +217,7 @@ def test_cancelled_turn_is_never_reclaimed(
 
 
 def test_live_lease_blocks_claims_until_it_expires(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(status=AgentTurnStatus.RUNNING), -1)
+    save(store, snap(status=AgentTurnStatus.RUNNING), -1)
     now = store.now()
     assert store.claim("t1", "w1", now, 1_000) is not None
 
@@ -227,8 +228,8 @@ def test_live_lease_blocks_claims_until_it_expires(store: InMemoryAgentTurnStore
 def test_child_not_claimable_while_its_parent_holds_a_live_lease(
     store: InMemoryAgentTurnStore,
 ) -> None:
-    store.save(snap("parent", status=AgentTurnStatus.RUNNING), -1)
-    store.save(snap("child", parent_turn_id="parent", root_turn_id="parent"), -1)
+    save(store, snap("parent", status=AgentTurnStatus.RUNNING), -1)
+    save(store, snap("child", parent_turn_id="parent", root_turn_id="parent"), -1)
     now = store.now()
     parent = store.claim("parent", "w1", now, 10_000)
     assert parent is not None and parent.lease is not None
@@ -243,7 +244,7 @@ def test_child_not_claimable_while_its_parent_holds_a_live_lease(
 
 def test_claim_runnable_respects_the_limit_and_age_order(store: InMemoryAgentTurnStore) -> None:
     for i in range(5):
-        store.save(snap(f"t{i}"), -1)
+        save(store, snap(f"t{i}"), -1)
 
     first = store.claim_runnable("w", store.now(), 10_000, 3)
     rest = store.claim_runnable("w", store.now(), 10_000, 10)
@@ -254,8 +255,8 @@ def test_claim_runnable_respects_the_limit_and_age_order(store: InMemoryAgentTur
 
 def test_save_parent_and_children_is_atomic(store: InMemoryAgentTurnStore) -> None:
     # Given a parent and an unrelated turn whose id a child will collide with
-    store.save(snap("parent", status=AgentTurnStatus.RUNNING), -1)
-    store.save(snap("taken"), -1)
+    save(store, snap("parent", status=AgentTurnStatus.RUNNING), -1)
+    save(store, snap("taken"), -1)
     waiting = snap(
         "parent",
         status=AgentTurnStatus.WAITING_FOR_CHILD,
@@ -268,7 +269,7 @@ def test_save_parent_and_children_is_atomic(store: InMemoryAgentTurnStore) -> No
 
     # When the atomic write meets the conflict
     with pytest.raises(ConcurrentModificationError):
-        store.save_parent_and_children(waiting, 0, children)
+        save_tree(store, waiting, 0, children)
 
     # Then nothing was written at all
     assert store.peek("parent").version == 0
@@ -278,7 +279,7 @@ def test_save_parent_and_children_is_atomic(store: InMemoryAgentTurnStore) -> No
     assert store.children_of("parent") == []
 
     # and without the conflict everything is written at once
-    result = store.save_parent_and_children(waiting, 0, children[:1])
+    result = save_tree(store, waiting, 0, children[:1])
     assert result.version == 1
     assert store.load("c-new").version == 0
     assert store.children_of("parent") == ["c-new"]
@@ -287,10 +288,10 @@ def test_save_parent_and_children_is_atomic(store: InMemoryAgentTurnStore) -> No
 def test_save_parent_and_children_checks_the_parent_version(
     store: InMemoryAgentTurnStore,
 ) -> None:
-    store.save(snap("parent"), -1)
+    save(store, snap("parent"), -1)
 
     with pytest.raises(ConcurrentModificationError):
-        store.save_parent_and_children(snap("parent"), 5, [snap("kid", parent_turn_id="parent")])
+        save_tree(store, snap("parent"), 5, [snap("kid", parent_turn_id="parent")])
 
     with pytest.raises(TurnNotFoundError):
         store.load("kid")
@@ -302,13 +303,13 @@ def test_find_terminal_children_with_waiting_parent(store: InMemoryAgentTurnStor
         status=AgentTurnStatus.WAITING_FOR_CHILD,
         suspension=Suspension(type=SuspensionType.CHILD, correlation_id="kid"),
     )
-    store.save(parent, -1)
+    save(store, parent, -1)
     kid = snap("kid", parent_turn_id="parent", root_turn_id="parent")
-    store.save(kid, -1)
+    save(store, kid, -1)
     assert store.find_terminal_children_with_waiting_parent(10) == []
 
     # the child's terminal commit records its result in the parent and wakes it
-    result = store.save(kid.model_copy(update={"status": AgentTurnStatus.COMPLETED}), 0)
+    result = save(store, kid.model_copy(update={"status": AgentTurnStatus.COMPLETED}), 0)
     assert result.parent_woken
     assert store.find_terminal_children_with_waiting_parent(10) == []
     assert set(store.load("parent").child_results) == {"kid"}
@@ -319,16 +320,16 @@ def test_repair_finds_a_result_that_never_reached_the_parent(
     store: InMemoryAgentTurnStore,
 ) -> None:
     # an ended child the parent started waiting for afterwards (records of older versions)
-    store.save(snap("parent"), -1)
+    save(store, snap("parent"), -1)
     kid = snap("kid", parent_turn_id="parent", root_turn_id="parent")
-    store.save(kid, -1)
-    store.save(kid.model_copy(update={"status": AgentTurnStatus.COMPLETED}), 0)
+    save(store, kid, -1)
+    save(store, kid.model_copy(update={"status": AgentTurnStatus.COMPLETED}), 0)
     waiting = snap(
         "parent",
         status=AgentTurnStatus.WAITING_FOR_CHILD,
         suspension=Suspension(type=SuspensionType.CHILD, correlation_id="kid"),
     )
-    store.save(waiting, 0)
+    save(store, waiting, 0)
     assert store.find_terminal_children_with_waiting_parent(10) == [("kid", "parent")]
 
     assert store.report_child("kid") is True
@@ -338,41 +339,41 @@ def test_repair_finds_a_result_that_never_reached_the_parent(
 
 def test_history_is_append_only(store: InMemoryAgentTurnStore) -> None:
     first, second = UserMessage("hi"), AiMessage("hello")
-    store.save(snap(messages=[first, second]), -1)
+    save(store, snap(messages=[first, second]), -1)
 
     with pytest.raises(HistoryRewrittenError):
-        store.save(snap(messages=[first]), 0)  # drops a message
+        save(store, snap(messages=[first]), 0)  # drops a message
     with pytest.raises(HistoryRewrittenError):
-        store.save(snap(messages=[first, AiMessage("rewritten")]), 0)  # replaces one
+        save(store, snap(messages=[first, AiMessage("rewritten")]), 0)  # replaces one
     assert store.peek("t1").version == 0
     assert store.load("t1").messages == [first, second]
 
     third = UserMessage("more")
-    assert store.save(snap(messages=[first, second, third]), 0).version == 1
+    assert save(store, snap(messages=[first, second, third]), 0).version == 1
     assert store.load("t1").messages == [first, second, third]
 
 
 def test_conversation_busy_check_is_part_of_creation(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap("a", conversation_id="conv"), -1)
+    save(store, snap("a", conversation_id="conv"), -1)
     assert store.find_active_turn("conv") == ("a", AgentTurnStatus.READY)
 
     with pytest.raises(AgentConversationBusyException) as caught:
-        store.save(snap("b", conversation_id="conv"), -1)
+        save(store, snap("b", conversation_id="conv"), -1)
     assert caught.value.active_turn_id == "a"
     with pytest.raises(TurnNotFoundError):
         store.load("b")
 
-    store.save(snap("a", conversation_id="conv", status=AgentTurnStatus.COMPLETED), 0)
+    save(store, snap("a", conversation_id="conv", status=AgentTurnStatus.COMPLETED), 0)
     assert store.find_active_turn("conv") is None
-    assert store.save(snap("b", conversation_id="conv"), -1).version == 0
+    assert save(store, snap("b", conversation_id="conv"), -1).version == 0
 
 
 def test_request_cancellation_is_monotonic(store: InMemoryAgentTurnStore) -> None:
-    store.save(snap(), -1)
+    save(store, snap(), -1)
 
     assert store.request_cancellation("t1", "why")
     assert not store.request_cancellation("t1", "again")
-    store.save(snap(), 0)  # a save without the flag
+    save(store, snap(), 0)  # a save without the flag
     control = store.peek("t1")
     assert (control.cancel_requested, control.version) == (True, 1)
     assert store.load("t1").cancel_reason == "why"

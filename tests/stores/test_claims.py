@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from runner_core import AgentTurnStatus, AgentTurnStore, Commit, ConcurrentModificationError
+from tests.support.commits import save
 from tests.support.stores import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -19,7 +20,7 @@ def test_concurrent_claims_have_exactly_one_winner(
 ) -> None:
     stores = [make_store() for _ in range(8)]
     s = snap()
-    stores[0].save(s, -1)
+    save(stores[0], s, -1)
     now = stores[0].now()
     start = threading.Barrier(len(stores))
     wins: list[str] = []
@@ -42,7 +43,7 @@ def test_concurrent_claims_have_exactly_one_winner(
 
 def test_a_claim_bumps_the_version_and_fences_a_stale_worker(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     now = store.now()
     a = store.claim(s.id, "worker-a", now, 1_000)
     assert a is not None and a.version == 1 and a.lease is not None
@@ -56,16 +57,16 @@ def test_a_claim_bumps_the_version_and_fences_a_stale_worker(store: AgentTurnSto
     # When A saves what it computed
     a.status = S.RUNNING
     with pytest.raises(ConcurrentModificationError) as err:
-        store.save(a, a.version)
+        save(store, a, a.version)
     # Then it is refused, and B's save goes through with B's lease kept
     assert (err.value.expected, err.value.actual) == (1, 2)
-    assert store.save(b, b.version, lease=("worker-b", b.lease.lease_id)).version == 3
+    assert save(store, b, b.version, lease=("worker-b", b.lease.lease_id)).version == 3
     assert store.peek(s.id).lease == b.lease
 
 
 def test_a_reused_worker_id_with_an_old_lease_id_is_refused(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     now = store.now()
     first = store.claim(s.id, "w1", now, 1_000)
     assert first is not None and first.lease is not None
@@ -84,7 +85,7 @@ def test_renew_and_release_need_owner_and_lease_id_and_change_no_version(
     store: AgentTurnStore,
 ) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     now = store.now()
     held = store.claim(s.id, "w1", now, 1_000)
     assert held is not None and held.lease is not None
@@ -106,13 +107,13 @@ def test_renew_and_release_need_owner_and_lease_id_and_change_no_version(
 
 def test_a_save_keeps_the_stored_lease(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     held = store.claim(s.id, "w1", store.now(), LEASE_MS)
     assert held is not None and held.lease is not None
     mine = ("w1", held.lease.lease_id)
     held.lease = None  # a caller cannot drop or forge the lease through a save
     held.status = S.RUNNING
-    store.save(held, 1, lease=mine)
+    save(store, held, 1, lease=mine)
     assert store.load(s.id).lease is not None
     assert store.peek(s.id).lease is not None
 
@@ -121,7 +122,7 @@ def test_claimable_states(store: AgentTurnStore) -> None:
     now = store.now()
     ready, running, waiting = snap(), snap(status=S.RUNNING), snap(status=S.WAITING_FOR_USER)
     for s in (ready, running, waiting):
-        store.save(s, -1)
+        save(store, s, -1)
     assert store.claim(waiting.id, "w", now, 1_000) is None
     assert store.claim(ready.id, "w", now, 1_000) is not None
     assert store.claim(running.id, "w", now, 1_000) is not None
@@ -136,7 +137,7 @@ def test_claimable_states(store: AgentTurnStore) -> None:
 def test_due_retries_are_claimable_only_when_due(store: AgentTurnStore) -> None:
     now = store.now()
     s = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now + 10)
-    store.save(s, -1)
+    save(store, s, -1)
     assert store.claim(s.id, "w", now, 1_000) is None
     assert store.claim_runnable("w", now, 1_000, 10) == []
     [claimed] = store.claim_runnable("w", now + 11, 1_000, 10)
@@ -145,13 +146,13 @@ def test_due_retries_are_claimable_only_when_due(store: AgentTurnStore) -> None:
 
 def test_a_cancelled_terminal_turn_is_never_reclaimed(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     store.request_cancellation(s.id, "stop")
     held = store.claim(s.id, "w", store.now(), 1_000)
     assert held is not None
     held.status = S.CANCELLED
     assert held.lease is not None
-    store.save(held, held.version, lease=("w", held.lease.lease_id))
+    save(store, held, held.version, lease=("w", held.lease.lease_id))
     store.release_lease(s.id, "w", held.lease.lease_id)
     later = store.now() + 3600
     assert store.claim(s.id, "w", later, 1_000) is None
@@ -162,7 +163,7 @@ def test_a_child_is_not_claimable_while_its_parent_holds_a_live_lease(
     store: AgentTurnStore,
 ) -> None:
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     now = store.now()
     held = store.claim(parent.id, "w1", now, 10_000)
     assert held is not None and held.lease is not None
@@ -182,9 +183,9 @@ def test_claim_runnable_takes_ready_turns_up_to_the_limit(store: AgentTurnStore)
     now = store.now()
     ready = [snap() for _ in range(5)]
     for s in ready:
-        store.save(s, -1)
-    store.save(snap(status=S.WAITING_FOR_APPROVAL), -1)
-    store.save(snap(status=S.COMPLETED), -1)
+        save(store, s, -1)
+    save(store, snap(status=S.WAITING_FOR_APPROVAL), -1)
+    save(store, snap(status=S.COMPLETED), -1)
     first = store.claim_runnable("w", now, 1_000, 3)
     rest = store.claim_runnable("w", now, 1_000, 10)
     assert len(first) == 3 and len(rest) == 2

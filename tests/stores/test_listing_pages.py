@@ -7,6 +7,7 @@ from typing import Any
 
 from runner_core import AgentTurnStatus
 from runner_core.store import AgentTurnStore
+from tests.support.commits import save, save_tree
 from tests.support.stores import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -19,13 +20,13 @@ def _store_trees(store: AgentTurnStore, trees: int) -> list[tuple[float, str]]:
     roots = []
     for i in range(trees):
         root = snap(created_at=base + i // 3, status=S.READY if i % 2 else S.WAITING_FOR_USER)
-        store.save(root, -1)
+        save(store, root, -1)
         roots.append(root)
         made.append((root.created_at, root.id))
     for j, root in enumerate(roots[: trees // 10]):
         kid = child_of(root, created_at=base + trees + j // 2)
         waiting_for(root, kid)
-        store.save_parent_and_children(root, 0, [kid])
+        save_tree(store, root, 0, [kid])
         made.append((kid.created_at, kid.id))
     return sorted(made, reverse=True)
 

@@ -39,6 +39,7 @@ from runner_core import (
     TurnLeasedError,
     tool,
 )
+from tests.support.commits import save, save_tree
 from tests.support.stores import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -182,10 +183,10 @@ def test_a_hundred_children_ending_together_wake_their_parent_once(
     # Given a parent waiting on 100 children, and the parent's lease held by its owner
     store = make_store()
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     kids = [child_of(parent) for _ in range(100)]
     waiting_for(parent, *kids)
-    store.save_parent_and_children(parent, 0, kids)
+    save_tree(store, parent, 0, kids)
     store.request_cancellation(parent.id)  # (so its owner may hold it while it waits)
     owner = store.claim(parent.id, "owner", store.now(), 60_000)
     assert owner is not None and owner.lease is not None
@@ -199,7 +200,7 @@ def test_a_hundred_children_ending_together_wake_their_parent_once(
         for kid in batch:
             kid.status = S.COMPLETED
             try:
-                results.append(mine.save(kid, 0))
+                results.append(save(mine, kid, 0))
             except BaseException as exc:  # noqa: BLE001 - counted below
                 errors.append(exc)
 
@@ -226,7 +227,7 @@ def test_children_written_after_a_cancel_request_are_born_with_it(
     # Given a parent whose cancel flag was set while its owner was still in its step
     store = make_store()
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     owner = store.claim(parent.id, "owner", store.now(), 60_000)
     assert owner is not None and owner.lease is not None
     store.request_cancellation(parent.id, "stop it")

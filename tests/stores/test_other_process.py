@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runner_core import AgentTurnStore
+from tests.support.commits import save, save_tree
 from tests.support.stores import child_of, snap, waiting_for
 
 
@@ -13,11 +14,11 @@ def test_children_created_together_are_found_by_another_store(
 ) -> None:
     writer, reader = make_store(), make_store()
     parent = snap()
-    writer.save(parent, -1)
+    save(writer, parent, -1)
     parent = writer.load(parent.id)
     kids = [child_of(parent), child_of(parent)]
     waiting_for(parent, *kids)
-    writer.save_parent_and_children(parent, parent.version, kids)
+    save_tree(writer, parent, parent.version, kids)
 
     assert reader.children_of(parent.id) == [k.id for k in kids]
     for kid in kids:

@@ -7,6 +7,7 @@ import pytest
 from runner_core import AgentTurnStatus, TurnNotFoundError
 from stores import RedisAgentTurnStore
 from stores.redis import scanner
+from tests.support.commits import save, save_tree
 from tests.support.stores import child_of, snap, waiting_for
 
 pytestmark = pytest.mark.redis
@@ -20,7 +21,7 @@ def test_due_turn_ids_are_the_retries_whose_time_has_come(
     soon = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now + 10)
     later = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now + 20)
     for s in (soon, later, snap(), snap(status=S.WAITING_FOR_USER)):
-        redis_store.save(s, -1)
+        save(redis_store, s, -1)
     assert redis_store.due_turn_ids(now) == []
     assert redis_store.due_turn_ids(now + 15) == [soon.id]
     assert redis_store.due_turn_ids(now + 25) == [soon.id, later.id]
@@ -33,7 +34,7 @@ def test_stale_turn_ids_are_lost_wake_ups_and_expired_leases(
     now = redis_store.now()
     ready, leased, blocked = snap(), snap(), snap(status=S.WAITING_FOR_APPROVAL)
     for s in (ready, leased, blocked):
-        redis_store.save(s, -1)
+        save(redis_store, s, -1)
     held = redis_store.claim(leased.id, "w", now, 5_000)
     assert held is not None
     assert redis_store.stale_turn_ids(now, 30) == []  # fresh: their wake-up may be in flight
@@ -43,12 +44,12 @@ def test_stale_turn_ids_are_lost_wake_ups_and_expired_leases(
 
 def test_list_turns_by_status_and_by_tree(redis_store: RedisAgentTurnStore) -> None:
     root = snap()
-    redis_store.save(root, -1)
+    save(redis_store, root, -1)
     kids = [child_of(root) for _ in range(2)]
     waiting_for(root, *kids)
-    redis_store.save_parent_and_children(root, 0, kids)
+    save_tree(redis_store, root, 0, kids)
     done = snap(status=S.COMPLETED)
-    redis_store.save(done, -1)
+    save(redis_store, done, -1)
 
     tree = redis_store.list_turns(root_turn_id=root.id)
     assert {t.turn_id for t in tree} == {root.id, *(k.id for k in kids)}
@@ -70,12 +71,12 @@ def test_listing_is_newest_first_across_more_trees_than_one_scan_batch(
     roots = []
     for _ in range(450):
         root = snap()
-        redis_store.save(root, -1)
+        save(redis_store, root, -1)
         roots.append(root)
     oldest = roots[0]
     kid = child_of(oldest)
     waiting_for(oldest, kid)
-    redis_store.save_parent_and_children(oldest, 0, [kid])
+    save_tree(redis_store, oldest, 0, [kid])
 
     # When the newest 20 are listed, all of them or by status
     newest = [kid.id] + [r.id for r in reversed(roots)][:19]
@@ -89,14 +90,14 @@ def test_retention_never_expires_what_a_waiting_parent_references(
     redis_store: RedisAgentTurnStore,
 ) -> None:
     root = snap()
-    redis_store.save(root, -1)
+    save(redis_store, root, -1)
     a, b = child_of(root), child_of(root)
     waiting_for(root, a, b)
-    redis_store.save_parent_and_children(root, 0, [a, b])
+    save_tree(redis_store, root, 0, [a, b])
     a.status = S.COMPLETED
-    redis_store.save(a, 0)
+    save(redis_store, a, 0)
     old = snap(status=S.COMPLETED)
-    redis_store.save(old, -1)
+    save(redis_store, old, -1)
 
     # Given everything ended "long ago" (older_than 0): the free-standing turn and the
     # child whose result already sits in its parent go; nothing the parent waits on does
@@ -109,9 +110,9 @@ def test_retention_never_expires_what_a_waiting_parent_references(
 
     # When the parent has heard of both children and ended, the whole tree can go
     b.status = S.FAILED
-    redis_store.save(b, 0)
+    save(redis_store, b, 0)
     root.version, root.status, root.suspension = 1, S.COMPLETED, None
-    redis_store.save(root, 1)
+    save(redis_store, root, 1)
     assert redis_store.expire_terminal(older_than_seconds=0) == 2
     assert redis_store.list_turns() == []
     assert redis_store.expire_terminal(older_than_seconds=3600) == 0
@@ -127,11 +128,11 @@ def test_retention_keeps_recent_turns_and_a_parent_with_a_live_child(
     redis_store: RedisAgentTurnStore,
 ) -> None:
     root = snap(status=S.RUNNING)
-    redis_store.save(root, -1)
+    save(redis_store, root, -1)
     kid = child_of(root)
-    redis_store.save(kid, -1)
+    save(redis_store, kid, -1)
     root.status = S.FAILED
-    redis_store.save(root, 0)
+    save(redis_store, root, 0)
     assert redis_store.expire_terminal(older_than_seconds=0) == 0  # kid is live
     assert redis_store.expire_terminal() == 0  # default retention: a week
     assert redis_store.children_of(root.id) == [kid.id]

@@ -29,6 +29,7 @@ from runner_core import (
 from stores import RedisAgentTurnStore, StoreUnavailableError
 from tests.support import scenarios
 from tests.support.capture import recording_store, slots
+from tests.support.commits import save, save_tree
 from tests.support.servers import RedisServer, free_port
 from tests.support.stores import child_of, snap, waiting_for
 
@@ -61,7 +62,7 @@ def test_every_script_call_touches_one_hash_slot(redis_server: RedisServer, name
 
 def _exercise_the_rest(store: RedisAgentTurnStore) -> None:
     parent = snap(conversation_id="slots")
-    store.save(parent, -1)
+    save(store, parent, -1)
     now = store.now()
     held = store.claim(parent.id, "w", now, 60_000)
     assert held is not None and held.lease is not None
@@ -73,7 +74,7 @@ def _exercise_the_rest(store: RedisAgentTurnStore) -> None:
     assert store.request_cancellation(kid.id, "stop")
     assert store.release_lease(parent.id, "w", held.lease.lease_id)
     kid.status, kid.cancel_requested = S.CANCELLED, True
-    assert store.save(kid, 0).parent_woken
+    assert save(store, kid, 0).parent_woken
     assert store.report_child(kid.id) is False  # reported by the commit already
     assert store.find_terminal_children_with_waiting_parent(10) == []
     assert store.read_events(parent.id) == []
@@ -98,7 +99,7 @@ def _create_in_threads(url: str, namespace: str, threads: int, ready: Any, out: 
         s = snap(conversation_id="busy")
         start.wait()
         try:
-            store.save(s, -1)
+            save(store, s, -1)
             outcomes.append(f"created {s.id}")
         except AgentConversationBusyException:
             outcomes.append("busy")
@@ -157,7 +158,7 @@ def test_a_corrupt_record_is_isolated(
 ) -> None:
     turns = [snap() for _ in range(3)]
     for s in turns:
-        redis_store.save(s, -1)
+        save(redis_store, s, -1)
     bad = turns[1]
     spoil(redis_store.redis, redis_store.keys.header(redis_store.tag_of(bad.id), bad.id))
 
@@ -195,12 +196,12 @@ def test_replayed_script_calls_are_idempotent(
     s = snap()
     with monkeypatch.context() as patch:
         replay_every_call(redis_store, patch)
-        assert redis_store.save(s, -1).version == 0
+        assert save(redis_store, s, -1).version == 0
         s.messages.append(AiMessage("one"))
-        assert redis_store.save(s, 0).version == 1
+        assert save(redis_store, s, 0).version == 1
         kid = child_of(s)
         waiting_for(s, kid)
-        assert redis_store.save_parent_and_children(s, 1, [kid]).version == 2
+        assert save_tree(redis_store, s, 1, [kid]).version == 2
         assert redis_store.request_cancellation(kid.id)
         held = redis_store.claim(kid.id, "w", redis_store.now(), 10_000)
         assert held is not None and held.lease is not None and held.version == 1
@@ -214,7 +215,7 @@ def test_replayed_script_calls_are_idempotent(
     assert redis_store.peek(kid.id).version == 1
     assert redis_store.release_lease(kid.id, "w", held.lease.lease_id) is False
     with pytest.raises(Exception, match="modified concurrently"):
-        redis_store.save(s, 1)  # a new request with the old version still conflicts
+        save(redis_store, s, 1)  # a new request with the old version still conflicts
 
 
 def test_an_unreachable_redis_names_the_url_without_its_password() -> None:
@@ -253,21 +254,21 @@ def test_another_namespace_does_not_see_the_turn(
     redis_store: RedisAgentTurnStore, redis_server: RedisServer
 ) -> None:
     s = snap()
-    redis_store.save(s, -1)
+    save(redis_store, s, -1)
     other = RedisAgentTurnStore(redis_server.url, namespace="elsewhere")
     with pytest.raises(TurnNotFoundError):
         other.load(s.id)
     with pytest.raises(TurnNotFoundError):
-        other.save(s, 0)
+        save(other, s, 0)
 
 
 def test_scripts_are_reloaded_after_a_script_flush(redis_store: RedisAgentTurnStore) -> None:
     s = snap()
-    redis_store.save(s, -1)
+    save(redis_store, s, -1)
     redis_store.redis.script_flush()
     assert redis_store.peek(s.id).version == 0
     redis_store.redis.script_flush()
-    redis_store.save(snap(), -1)  # the pipelined create path
+    save(redis_store, snap(), -1)  # the pipelined create path
     redis_store.redis.script_flush()
     assert len(redis_store.claim_runnable("w", redis_store.now(), 1000, 10)) == 2
 
@@ -277,10 +278,10 @@ def test_a_save_sends_only_the_new_messages(redis_server: RedisServer, namespace
     store, recorded = recording_store(redis_server.url, namespace)
     history = [UserMessage(f"old {i} " + "x" * 100) for i in range(100)]
     s = snap(messages=history)
-    store.save(s, -1)
+    save(store, s, -1)
     s.messages.append(AiMessage("new"))
     recorded.clear()
-    store.save(s, 0)
+    save(store, s, 0)
     _, _, args = recorded.scripts()[-1]  # the first call may meet NOSCRIPT on a fresh server
     documents = [a for a in args if isinstance(a, bytes) and a.startswith(b'{"id"')]
     assert len(documents) == 1 and b'"new"' in documents[0]
@@ -305,24 +306,24 @@ def test_the_process_cache_keeps_messages_of_the_latest_turns_only() -> None:
 
 def test_a_refused_tree_save_leaves_no_index_entries(redis_store: RedisAgentTurnStore) -> None:
     parent = snap()
-    redis_store.save(parent, -1)
+    save(redis_store, parent, -1)
     kid = child_of(parent)
     waiting_for(parent, kid)
     with pytest.raises(Exception, match="modified concurrently"):
-        redis_store.save_parent_and_children(parent, 7, [kid])
+        save_tree(redis_store, parent, 7, [kid])
     assert redis_store.redis.exists(redis_store.keys.turn_index(kid.id)) == 0
-    redis_store.save_parent_and_children(parent, 0, [kid])
+    save_tree(redis_store, parent, 0, [kid])
     assert redis_store.redis.exists(redis_store.keys.turn_index(kid.id)) == 1
 
 
 def test_a_busy_create_right_after_a_script_flush_leaves_no_index_entry(
     redis_store: RedisAgentTurnStore,
 ) -> None:
-    redis_store.save(snap(conversation_id="c"), -1)
+    save(redis_store, snap(conversation_id="c"), -1)
     redis_store.redis.script_flush()  # the create below meets NOSCRIPT, then is busy
     late = snap(conversation_id="c")
     with pytest.raises(AgentConversationBusyException):
-        redis_store.save(late, -1)
+        save(redis_store, late, -1)
     assert redis_store.redis.exists(redis_store.keys.turn_index(late.id)) == 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner_core import AgentTurnStatus, AgentTurnStore, LeaseLostError
+from tests.support.commits import save, save_tree
 from tests.support.stores import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -12,7 +13,7 @@ S = AgentTurnStatus
 
 def _claimed(store: AgentTurnStore) -> tuple[str, str, str]:
     turn = snap()
-    store.save(turn, -1)
+    save(store, turn, -1)
     claimed = store.claim(turn.id, "w1", store.now(), 30_000)
     assert claimed is not None and claimed.lease is not None
     return turn.id, claimed.lease.owner, claimed.lease.lease_id
@@ -23,7 +24,7 @@ def test_a_save_can_release_the_lease_atomically(store: AgentTurnStore) -> None:
     current = store.load(turn_id)
     current.status = S.RUNNING
 
-    result = store.save(current, current.version, release=(owner, lease_id))
+    result = save(store, current, current.version, release=(owner, lease_id))
 
     assert result.lease_released is True and result.version == current.version + 1
     assert store.peek(turn_id).lease is None
@@ -35,7 +36,7 @@ def test_a_save_can_release_the_lease_atomically(store: AgentTurnStore) -> None:
 def test_a_save_without_release_keeps_the_lease(store: AgentTurnStore) -> None:
     turn_id, owner, lease_id = _claimed(store)
     current = store.load(turn_id)
-    result = store.save(current, current.version, lease=(owner, lease_id))
+    result = save(store, current, current.version, lease=(owner, lease_id))
     assert result.lease_released is False
     lease = store.peek(turn_id).lease
     assert lease is not None and (lease.owner, lease.lease_id) == (owner, lease_id)
@@ -45,7 +46,7 @@ def test_a_wrong_lease_id_releases_nothing(store: AgentTurnStore) -> None:
     turn_id, owner, lease_id = _claimed(store)
     current = store.load(turn_id)
     with pytest.raises(LeaseLostError):
-        store.save(current, current.version, release=(owner, "not-the-lease"))
+        save(store, current, current.version, release=(owner, "not-the-lease"))
     lease = store.peek(turn_id).lease
     assert lease is not None and lease.lease_id == lease_id
     assert store.peek(turn_id).version == current.version  # and nothing was written
@@ -55,7 +56,7 @@ def test_a_terminal_save_with_release_is_never_claimable_again(store: AgentTurnS
     turn_id, owner, lease_id = _claimed(store)
     current = store.load(turn_id)
     current.status = S.COMPLETED
-    assert store.save(current, current.version, release=(owner, lease_id)).lease_released
+    assert save(store, current, current.version, release=(owner, lease_id)).lease_released
     assert store.claim(turn_id, "w2", store.now(), 30_000) is None
     assert store.claim_runnable("w2", store.now(), 30_000, 10) == []
 
@@ -66,7 +67,7 @@ def test_a_tree_save_can_release_the_parents_lease(store: AgentTurnStore) -> Non
     kids = [child_of(parent), child_of(parent)]
     waiting_for(parent, *kids)
 
-    result = store.save_parent_and_children(parent, parent.version, kids, release=(owner, lease_id))
+    result = save_tree(store, parent, parent.version, kids, release=(owner, lease_id))
 
     assert result.lease_released is True
     assert store.peek(turn_id).lease is None

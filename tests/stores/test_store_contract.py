@@ -28,6 +28,7 @@ from runner_core import (
     Usage,
     UserMessage,
 )
+from tests.support.commits import save, save_tree
 from tests.support.stores import child_of, snap, waiting_for
 
 S = AgentTurnStatus
@@ -35,39 +36,39 @@ S = AgentTurnStatus
 
 def test_create_stores_version_0_and_each_save_adds_one(store: AgentTurnStore) -> None:
     s = snap()
-    assert store.save(s, -1).version == 0
+    assert save(store, s, -1).version == 0
     loaded = store.load(s.id)
     assert loaded.version == 0
     loaded.status = S.RUNNING
-    assert store.save(loaded, 0).version == 1
+    assert save(store, loaded, 0).version == 1
     loaded.version = 1
-    assert store.save(loaded, 1).version == 2
+    assert save(store, loaded, 1).version == 2
     assert store.load(s.id).version == 2
     assert store.peek(s.id).version == 2
 
 
 def test_a_stale_version_conflicts_with_expected_and_actual(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
-    store.save(s, 0)
+    save(store, s, -1)
+    save(store, s, 0)
     with pytest.raises(ConcurrentModificationError) as err:
-        store.save(s, 0)
+        save(store, s, 0)
     assert (err.value.turn_id, err.value.expected, err.value.actual) == (s.id, 0, 1)
     assert store.load(s.id).version == 1
 
 
 def test_creating_an_existing_id_conflicts(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     with pytest.raises(ConcurrentModificationError) as err:
-        store.save(snap(s.id), -1)
+        save(store, snap(s.id), -1)
     assert (err.value.expected, err.value.actual) == (-1, 0)
 
 
 def test_unknown_ids_raise_turn_not_found(store: AgentTurnStore) -> None:
     ghost = snap("no-such-turn")
     with pytest.raises(TurnNotFoundError):
-        store.save(ghost, 0)
+        save(store, ghost, 0)
     with pytest.raises(TurnNotFoundError):
         store.load("no-such-turn")
     with pytest.raises(TurnNotFoundError):
@@ -81,12 +82,12 @@ def test_unknown_ids_raise_turn_not_found(store: AgentTurnStore) -> None:
 
 def test_a_conversation_has_one_active_root_turn(store: AgentTurnStore) -> None:
     first = snap(conversation_id="conv-1")
-    store.save(first, -1)
+    save(store, first, -1)
     assert store.find_active_turn("conv-1") == (first.id, S.READY)
 
     # When a second root turn is created in the busy conversation
     with pytest.raises(AgentConversationBusyException) as err:
-        store.save(snap(conversation_id="conv-1"), -1)
+        save(store, snap(conversation_id="conv-1"), -1)
     # Then it names the active turn, and nothing was created
     assert (err.value.conversation_id, err.value.active_turn_id, err.value.status) == (
         "conv-1",
@@ -94,35 +95,35 @@ def test_a_conversation_has_one_active_root_turn(store: AgentTurnStore) -> None:
         S.READY,
     )
     # a child with the conversation id and other conversations are not affected
-    store.save(child_of(first, conversation_id="conv-1"), -1)
-    store.save(snap(conversation_id="conv-2"), -1)
+    save(store, child_of(first, conversation_id="conv-1"), -1)
+    save(store, snap(conversation_id="conv-2"), -1)
 
     first.status = S.WAITING_FOR_APPROVAL
-    store.save(first, 0)
+    save(store, first, 0)
     assert store.find_active_turn("conv-1") == (first.id, S.WAITING_FOR_APPROVAL)
     first.status = S.COMPLETED
-    store.save(first, 1)
+    save(store, first, 1)
     assert store.find_active_turn("conv-1") is None
     second = snap(conversation_id="conv-1")
-    assert store.save(second, -1).version == 0
+    assert save(store, second, -1).version == 0
     assert store.find_active_turn("conv-1") == (second.id, S.READY)
 
 
 def test_history_is_append_only(make_store: Callable[[], AgentTurnStore]) -> None:
     store = make_store()
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     s.messages.append(AiMessage("one"))
-    store.save(s, 0)
+    save(store, s, 0)
     for saver in (store, make_store()):  # a cold process too
         replaced = store.load(s.id)
         replaced.messages[-1] = AiMessage("other")
         with pytest.raises(HistoryRewrittenError):
-            saver.save(replaced, 1)
+            save(saver, replaced, 1)
         shorter = store.load(s.id)
         shorter.messages.pop()
         with pytest.raises(HistoryRewrittenError):
-            saver.save(shorter, 1)
+            save(saver, shorter, 1)
     assert [m.id for m in store.load(s.id).messages] == [m.id for m in s.messages]
     assert store.load(s.id).version == 1
 
@@ -132,19 +133,19 @@ def test_a_cold_process_appends_to_the_stored_history(
 ) -> None:
     first, second = make_store(), make_store()
     s = snap()
-    first.save(s, -1)
+    save(first, s, -1)
     s.messages.append(AiMessage("a"))
-    first.save(s, 0)
+    save(first, s, 0)
     # Given a second process that never saw the turn, with the snapshot of the first
     s.messages.append(AiMessage("b"))
-    assert second.save(s, 1).version == 2
+    assert save(second, s, 1).version == 2
     assert [m.id for m in first.load(s.id).messages] == [m.id for m in s.messages]
     assert [m.id for m in second.load(s.id).messages] == [m.id for m in s.messages]
 
 
 def test_returned_snapshots_are_copies(store: AgentTurnStore) -> None:
     s = snap(metadata={"tags": ["a"]})
-    store.save(s, -1)
+    save(store, s, -1)
     s.messages.append(AiMessage("not saved"))
     s.metadata["tags"].append("not saved")
     loaded = store.load(s.id)
@@ -190,7 +191,7 @@ def test_every_field_and_message_round_trips_exactly(store: AgentTurnStore) -> N
         resume_log=[{"kind": "RETRY", "metadata": {"by": "me"}}],
         cancel_reason=None,
     )
-    store.save(s, -1)
+    save(store, s, -1)
     loaded = store.load(s.id)
     assert loaded.messages == messages
     assert loaded.model_dump() == {**s.model_dump(), "version": 0}
@@ -198,7 +199,7 @@ def test_every_field_and_message_round_trips_exactly(store: AgentTurnStore) -> N
 
 def test_peek_reads_control_fields_and_the_store_clock(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     control = store.peek(s.id)
     assert (control.version, control.status, control.cancel_requested) == (0, S.READY, False)
     assert control.lease is None and control.live_lease is None
@@ -214,32 +215,32 @@ def test_peek_reads_control_fields_and_the_store_clock(store: AgentTurnStore) ->
 
 def test_the_cancel_flag_is_monotonic_and_survives_a_stale_save(store: AgentTurnStore) -> None:
     s = snap()
-    store.save(s, -1)
+    save(store, s, -1)
     stale = store.load(s.id)  # read before the flag is set
     assert store.request_cancellation(s.id, "user left")
     assert not store.request_cancellation(s.id, "again")
     version = store.peek(s.id).version
     assert version == 0  # the flag is not a version change
     stale.status = S.RUNNING
-    result = store.save(stale, 0)
+    result = save(store, stale, 0)
     assert result.cancel_requested is True
     loaded = store.load(s.id)
     assert (loaded.cancel_requested, loaded.cancel_reason) == (True, "user left")
     loaded.status = S.CANCELLED
     loaded.cancel_requested = False
-    store.save(loaded, 1)
+    save(store, loaded, 1)
     assert store.load(s.id).cancel_requested is True
     assert not store.request_cancellation(s.id)  # terminal
 
 
 def test_children_are_listed_oldest_first(store: AgentTurnStore) -> None:
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     kids = [child_of(parent) for _ in range(3)]
-    store.save_parent_and_children(parent, 0, kids[:2])
-    store.save(kids[2], -1)
+    save_tree(store, parent, 0, kids[:2])
+    save(store, kids[2], -1)
     grandchild = child_of(kids[0])
-    store.save(grandchild, -1)
+    save(store, grandchild, -1)
     assert store.children_of(parent.id) == [k.id for k in kids]
     assert store.children_of(kids[0].id) == [grandchild.id]
     assert store.load(grandchild.id).root_turn_id == parent.id
@@ -247,27 +248,27 @@ def test_children_are_listed_oldest_first(store: AgentTurnStore) -> None:
 
 def test_parent_and_children_are_written_atomically(store: AgentTurnStore) -> None:
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     taken = child_of(parent)
-    store.save(taken, -1)
+    save(store, taken, -1)
     fresh = child_of(parent)
     waiting_for(parent, fresh, taken)
 
     # When one child conflicts, nothing is written: not the parent, not the other child
     with pytest.raises(ConcurrentModificationError):
-        store.save_parent_and_children(parent, 0, [fresh, taken])
+        save_tree(store, parent, 0, [fresh, taken])
     assert store.load(parent.id).status is S.READY
     with pytest.raises(TurnNotFoundError):
         store.load(fresh.id)
 
     # When the parent conflicts, no child is created
     with pytest.raises(ConcurrentModificationError):
-        store.save_parent_and_children(parent, 5, [fresh])
+        save_tree(store, parent, 5, [fresh])
     with pytest.raises(TurnNotFoundError):
         store.load(fresh.id)
 
     waiting_for(parent, fresh)
-    result = store.save_parent_and_children(parent, 0, [fresh])
+    result = save_tree(store, parent, 0, [fresh])
     assert result.version == 1
     assert store.load(parent.id).status is S.WAITING_FOR_CHILD
     assert store.load(fresh.id).version == 0
@@ -276,19 +277,19 @@ def test_parent_and_children_are_written_atomically(store: AgentTurnStore) -> No
 
 def test_repair_scan_finds_ended_children_of_waiting_parents(store: AgentTurnStore) -> None:
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     a, b = child_of(parent), child_of(parent)
     waiting_for(parent, a, b)
-    store.save_parent_and_children(parent, 0, [a, b])
+    save_tree(store, parent, 0, [a, b])
     assert store.find_terminal_children_with_waiting_parent(10) == []
     # the child's terminal commit reports to the parent itself: nothing left to repair
     a.status = S.COMPLETED
-    assert store.save(a, 0).parent_woken is False  # b has not reported yet
+    assert save(store, a, 0).parent_woken is False  # b has not reported yet
     assert store.find_terminal_children_with_waiting_parent(10) == []
     stored = store.load(parent.id)
     assert set(stored.child_results) == {a.id} and stored.version == 1
     b.status = S.FAILED
-    assert store.save(b, 0).parent_woken is True
+    assert save(store, b, 0).parent_woken is True
     assert store.load(parent.id).child_results[b.id].status is S.FAILED
     assert store.claim(parent.id, "w", store.now(), 1_000) is not None
 
@@ -296,14 +297,14 @@ def test_repair_scan_finds_ended_children_of_waiting_parents(store: AgentTurnSto
 def test_repair_scan_finds_a_report_that_never_happened(store: AgentTurnStore) -> None:
     # Given a child that ended before its parent waited on it (as in older records)
     parent = snap()
-    store.save(parent, -1)
+    save(store, parent, -1)
     a = child_of(parent)
-    store.save_parent_and_children(parent, 0, [a])
+    save_tree(store, parent, 0, [a])
     a.status = S.COMPLETED
-    store.save(a, 0)
+    save(store, a, 0)
     waiting_for(parent, a)
     parent.version = 1
-    store.save(parent, 1)
+    save(store, parent, 1)
     assert store.find_terminal_children_with_waiting_parent(10) == [(a.id, parent.id)]
     # When it is reported, the parent wakes once and the pair is gone
     assert store.report_child(a.id) is True

@@ -27,6 +27,7 @@ from runner_core import (
     ToolMessage,
     tool,
 )
+from tests.support.commits import save
 from tests.support.wakeups import Broker, fleet
 
 S = AgentTurnStatus
@@ -191,12 +192,12 @@ def test_a_sweep_sees_what_is_due_among_many_blocked_turns(
     store = make_store()
     now = store.now()
     for _ in range(300):
-        store.save(snap(status=S.WAITING_FOR_APPROVAL), -1)
+        save(store, snap(status=S.WAITING_FOR_APPROVAL), -1)
     retry = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now - 1)
     lost = snap()
     future = snap(status=S.RETRY_SCHEDULED, next_runnable_at=now + 3600)
     for s in (retry, lost, future):
-        store.save(s, -1)
+        save(store, s, -1)
 
     found = store.wakeups(store.now() + 0.01, lost_after=0.0)
 
@@ -213,10 +214,10 @@ def test_a_sweeps_cost_follows_what_is_due_not_what_is_live(redis_store: Any) ->
 
     def sweep_cost(blocked: int) -> int:
         for _ in range(blocked):
-            store.save(snap(status=S.WAITING_FOR_APPROVAL), -1)
+            save(store, snap(status=S.WAITING_FOR_APPROVAL), -1)
         due = [snap(status=S.RETRY_SCHEDULED, next_runnable_at=store.now() - 1) for _ in range(5)]
         for s in due:
-            store.save(s, -1)
+            save(store, s, -1)
         store.wakeups(store.now(), 10.0)  # a process's first sweep also backfills
         before = _commands(store)
         found = store.wakeups(store.now() - 0.5, 10.0)
@@ -246,11 +247,11 @@ def test_tags_with_nothing_due_never_crowd_out_one_that_is(redis_store: Any) -> 
     # Given 1,200 trees that ended (their due-index entries are stale) and one READY turn
     for _ in range(1200):
         s = snap()
-        store.save(s, -1)
+        save(store, s, -1)
         s.status = S.COMPLETED
-        store.save(s, 0)
+        save(store, s, 0)
     ready = snap()
-    store.save(ready, -1)
+    save(store, ready, -1)
 
     # When pollers claim a few times, each visit clears what it found stale
     claimed = []
