@@ -6,7 +6,7 @@ import importlib
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runner_core import Agent, AgentLoader, ConfigurationError
@@ -231,3 +231,13 @@ def redact(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = f"{parts.username}:***@" if parts.username else ":***@"
     return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def problems(exc: ValidationError) -> str:
+    """One line naming each invalid ``AGENTWORKER_*`` setting."""
+    return "; ".join(_problem(e["loc"], e["msg"]) for e in exc.errors())
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    name = "AGENTWORKER_" + "_".join(str(p) for p in loc).upper()
+    return f"{name}: {message}" if loc else message

@@ -115,8 +115,8 @@ def _print_json(value: Any) -> None:
 @one_line_errors
 def sweep() -> None:
     """Run one sweep now: wake due retries, lost wake-ups, dead workers' turns, parents."""
-    from agentworker.fleet.stepping import sweep_once
     from agentworker.settings import Settings
+    from agentworker.wiring import sweep_once
 
     report = sweep_once(_runner(), Settings().lost_wakeup_seconds)
     console.print(f"due {report.due}  lost {report.lost}  repaired {report.repaired}")

@@ -11,8 +11,8 @@ one does.
 
 from __future__ import annotations
 
-import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -29,9 +29,8 @@ SWEEP_TASK = "agentworker.sweep"
 PENDING_INTERVALS = 5
 
 
-@functools.lru_cache(maxsize=8)
 def sweep_gate(redis_url: str, namespace: str, sweep_interval: float) -> SweepGate:
-    """The gate of one deployment (one client per process; redis-py reconnects after fork)."""
+    """The gate of one deployment, on a client of its own (its holder keeps it)."""
     client = make_client(redis_url, socket_timeout=2.0, connect_timeout=2.0)
     return SweepGate(client, Keyspace(namespace), sweep_interval * PENDING_INTERVALS)
 
@@ -41,10 +40,10 @@ def gate_for(settings: Settings) -> SweepGate:
     return sweep_gate(settings.redis_url, settings.namespace, settings.sweep_interval)
 
 
-def sweep_started(settings: Settings) -> None:
+def sweep_started(gate: Callable[[], SweepGate]) -> None:
     """Called first by the sweep task: clear the pending mark (best effort, it expires)."""
     try:
-        gate_for(settings).release()
+        gate().release()
     except (redis.RedisError, StoreUnavailableError) as exc:
         log.warning("sweep: could not clear the pending mark (%s); it expires by itself", exc)
 
@@ -63,6 +62,7 @@ class SweepScheduler(PersistentScheduler):  # type: ignore[misc]
         self.sweep_queue = settings.sweep_queue
         self._store_down = False
         self._stuck = False
+        self._gate: SweepGate | None = None
         super().__init__(*args, **kwargs)
 
     def apply_entry(self, entry: Any, producer: Any = None) -> None:
@@ -102,7 +102,9 @@ class SweepScheduler(PersistentScheduler):  # type: ignore[misc]
     @property
     def gate(self) -> SweepGate:
         """The pending mark (built on first use; raises while a cluster is unreachable)."""
-        return gate_for(self.settings)
+        if self._gate is None:
+            self._gate = gate_for(self.settings)
+        return self._gate
 
     def _acquire(self) -> bool:
         try:

@@ -19,6 +19,8 @@ from celery.utils import uuid
 from agentworker.fleet.queues import mismatch
 
 STEP_TASK = "agentworker.step_turn"
+#: The task that delivers one outbound webhook (agentworker/fleet/tasks.py).
+WEBHOOK_TASK = "agentworker.deliver_webhook"
 
 
 class CeleryDispatcher:
@@ -76,3 +78,15 @@ def _parent_ids(app: Celery) -> tuple[str | None, str | None]:
         return None, None
     request = parent.request
     return request.id, request.root_id or request.id
+
+
+class WebhookHints:
+    """Sends ``agentworker.deliver_webhook(message_id)``: the outbox holds the delivery."""
+
+    def __init__(self, app: Celery, queue: str) -> None:
+        self.app = app
+        self.queue = queue
+
+    def __call__(self, message_id: str) -> None:
+        """Wake a worker for one recorded delivery."""
+        self.app.send_task(WEBHOOK_TASK, (message_id,), queue=self.queue)

@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery import bootsteps
+
+from runner_core.store import AgentTurnStore
 
 log = logging.getLogger("agentworker.reconnect")
 
 
 class ForgetQueuedOnReconnect(bootsteps.StartStopStep):  # type: ignore[misc]
-    """A consumer bootstep: its ``start`` runs at boot and again after each reconnection."""
+    """A consumer bootstep: its ``start`` runs at boot and again after each reconnection.
+
+    The store comes from the app's process object (``FleetApp.process``): Celery builds
+    bootsteps itself, from the consumer, which knows its app.
+    """
 
     requires = {"celery.worker.consumer.connection:Connection"}
 
@@ -34,16 +41,16 @@ class ForgetQueuedOnReconnect(bootsteps.StartStopStep):  # type: ignore[misc]
         """Count connections; from the second on, forget the marks set before it."""
         self.connections += 1
         if self.connections > 1:
-            threading.Thread(target=forget_after_reconnect, daemon=True).start()
+            build_store = parent.app.process.build_store
+            forget = threading.Thread(target=forget_after_reconnect, args=(build_store,))
+            forget.daemon = True
+            forget.start()
 
 
-def forget_after_reconnect() -> int:
+def forget_after_reconnect(build_store: Callable[[], AgentTurnStore]) -> int:
     """Clear the queued marks set before now; how many (0 and a warning on failure)."""
-    from agentworker.settings import Settings
-    from agentworker.wiring import make_store
-
     try:
-        store = make_store(Settings())
+        store = build_store()
         cleared = store.forget_queued(store.now())
     except Exception as exc:  # the store may still be down: the marks run out by themselves
         log.warning(

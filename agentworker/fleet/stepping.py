@@ -114,28 +114,50 @@ class SweepReport:
 REPAIR_SECONDS = 600.0
 """How often a process's sweeps also run the repair scan (it reads every live tree)."""
 
-_repaired_at: dict[int, float] = {}
+
+class RepairClock:
+    """When a process's sweeps last ran the repair scan (its process object holds one)."""
+
+    def __init__(self) -> None:
+        self.last = float("-inf")
+
+    def due(self) -> bool:
+        """Whether ``REPAIR_SECONDS`` have passed since the last scan."""
+        return time.monotonic() - self.last >= REPAIR_SECONDS
+
+    def ran(self) -> None:
+        """A scan starts now."""
+        self.last = time.monotonic()
 
 
 def sweep_once(
-    runner: AgentRunner, lost_after: float, limit: int = 1000, *, repair: bool | None = None
+    runner: AgentRunner,
+    lost_after: float,
+    limit: int = 1000,
+    *,
+    repair: bool | None = None,
+    clock: RepairClock | None = None,
 ) -> SweepReport:
     """Wake what should run: due retries, lost wake-ups, dead workers' turns, parents.
 
     Safe to run twice: a wake-up is only a hint, the lease decides who steps; a wake-up
     already queued is known (its mark) and not sent again, so a backlog never multiplies.
     The repair scan (children's results that never reached their parent: records older
-    than the atomic fan-in) costs what is live, so it runs every ``REPAIR_SECONDS`` per
-    runner, or when ``repair`` says so.
+    than the atomic fan-in) costs what is live, so it runs every ``REPAIR_SECONDS`` by
+    ``clock`` (a sweep without one always runs it), or when ``repair`` says so.
     """
     started = time.perf_counter()
-    report = _sweep_once(runner, lost_after, limit, repair)
+    report = _sweep_once(runner, lost_after, limit, repair, clock)
     metrics.swept(time.perf_counter() - started, report.due, report.lost, report.repaired)
     return report
 
 
 def _sweep_once(
-    runner: AgentRunner, lost_after: float, limit: int, repair: bool | None
+    runner: AgentRunner,
+    lost_after: float,
+    limit: int,
+    repair: bool | None,
+    clock: RepairClock | None,
 ) -> SweepReport:
     store = runner.store
     runner.waker.retry_unsent()  # wake-ups this process could not send while Redis was down
@@ -146,10 +168,10 @@ def _sweep_once(
     # been claimed, or until the mark runs out (the message really was lost)
     runner.wake(list(dict.fromkeys([*due, *lost])))
     if repair is None:
-        last = _repaired_at.get(id(runner), -1e18)
-        repair = time.monotonic() - last >= REPAIR_SECONDS
+        repair = clock is None or clock.due()
     repaired = 0
     if repair:
-        _repaired_at[id(runner)] = time.monotonic()
+        if clock is not None:
+            clock.ran()
         repaired = runner.repair(limit)
     return SweepReport(len(due), len(lost), repaired)

@@ -1,4 +1,8 @@
-"""The Celery tasks: ``agentworker.step_turn``, ``.sweep`` and ``.housekeeping``."""
+"""The Celery tasks: ``agentworker.step_turn``, ``.sweep``, ``.housekeeping``, ``.deliver_webhook``.
+
+``register_tasks(app, process)`` binds them to the app and to the state of its process;
+the composition root (``wiring.create_app``) calls it.
+"""
 
 from __future__ import annotations
 
@@ -8,46 +12,37 @@ from typing import Any
 from celery import Celery
 
 from agentworker.fleet.beat import sweep_started
+from agentworker.fleet.dispatch import WebhookHints
+from agentworker.fleet.housekeeping import housekeep
+from agentworker.fleet.process import FleetProcess, worker_id
 from agentworker.fleet.stepping import step_once, sweep_once
+from agentworker.notify import webhooks
 from agentworker.ops import metrics
-from agentworker.ops import signals as observability
-from agentworker.settings import Settings
-from agentworker.wiring import process_runner, worker_id
 from runner_core import AgentRunner
 
 log = logging.getLogger("agentworker.tasks")
 
 
-def resend_webhooks(app: Celery, settings: Settings, runner: AgentRunner) -> None:
+def resend_webhooks(process: FleetProcess, runner: AgentRunner) -> None:
     """Record what a dead canceller missed; hint again the webhooks that are due."""
-    from agentworker.notify import webhooks
-    from agentworker.wiring import WEBHOOK_TASK
-
+    settings = process.settings
     if not webhooks.configured(settings):
         return
-    outbox = webhooks.outbox_of(settings, _webhook_redis(settings))
+    outbox = webhooks.outbox_of(settings, process.webhook_redis())
     webhooks.recheck(runner, outbox)
-    sent = webhooks.send_due(
-        outbox, lambda m: app.send_task(WEBHOOK_TASK, (m,), queue=settings.step_queue)
-    )
+    sent = webhooks.send_due(outbox, WebhookHints(process.app, settings.step_queue))
     if sent:
         log.info("sweep re-sent %d webhook deliveries", sent)
 
 
-_clients: dict[str, Any] = {}
+def register_tasks(app: Celery, process: FleetProcess) -> None:
+    """Register the tasks on ``app``; they run with ``process``'s runner and clients."""
+    _register_steps(app, process)
+    _register_upkeep(app, process)
 
 
-def _webhook_redis(settings: Settings) -> Any:
-    from stores.redis import make_client
-
-    if settings.redis_url not in _clients:
-        _clients[settings.redis_url] = make_client(settings.redis_url)
-    return _clients[settings.redis_url]
-
-
-def register(app: Celery, settings: Settings) -> None:
-    """Register the tasks on ``app``; steps chain for ``settings.step_chain_seconds``."""
-    chain_seconds = settings.step_chain_seconds
+def _register_steps(app: Celery, process: FleetProcess) -> None:
+    chain_seconds = process.settings.step_chain_seconds
 
     @app.task(name="agentworker.step_turn", ignore_result=True, shared=False)
     def step_turn(turn_id: str) -> str:
@@ -55,41 +50,40 @@ def register(app: Celery, settings: Settings) -> None:
         if not isinstance(turn_id, str) or not turn_id:
             log.error("step_turn called with %r: acked and dropped", turn_id)
             return "bad-argument"
-        return step_once(process_runner(app), turn_id, worker_id(), chain_seconds)
+        return step_once(process.runner(), turn_id, worker_id(), chain_seconds)
 
     @app.task(name="agentworker.ping", ignore_result=True, shared=False)
     def ping() -> str:
         """Do nothing: a health check, and the raw-Celery baseline of ``make bench``."""
         return "pong"
 
+    @app.task(name="agentworker.deliver_webhook", ignore_result=True, shared=False)
+    def deliver_webhook(message_id: str) -> str:
+        """One attempt at one outbound webhook (agentworker/notify/webhooks.py)."""
+        outbox = webhooks.outbox_of(process.settings, process.webhook_redis())
+        outcome = outbox.deliver(message_id)
+        metrics.webhook_delivered(outcome)
+        return outcome
+
+
+def _register_upkeep(app: Celery, process: FleetProcess) -> None:
+    settings = process.settings
+
     @app.task(name="agentworker.sweep", ignore_result=True, shared=False)
     def sweep() -> dict[str, Any]:
         """Wake what should be running; run by beat every ``sweep_interval``."""
-        settings = Settings()
-        sweep_started(settings)  # first: beat may queue the next sweep while this one runs
-        runner = process_runner(app)
-        report = sweep_once(runner, settings.lost_wakeup_seconds)
-        resend_webhooks(app, settings, runner)
-        observability.read_queue_depth(app, settings.step_queue)
+        sweep_started(process.sweep_gate)  # first: beat may queue the next sweep meanwhile
+        runner = process.runner()
+        report = sweep_once(runner, settings.lost_wakeup_seconds, clock=process.repairs())
+        resend_webhooks(process, runner)
+        process.queue_depth.read()
         if report.due or report.lost or report.repaired:
             log.info("sweep woke %s", report)
         return {"due": report.due, "lost": report.lost, "repaired": report.repaired}
 
-    @app.task(name="agentworker.deliver_webhook", ignore_result=True, shared=False)
-    def deliver_webhook(message_id: str) -> str:
-        """One attempt at one outbound webhook (agentworker/webhooks.py)."""
-        from agentworker.notify.webhooks import outbox_of
-
-        settings = Settings()
-        outcome = outbox_of(settings, _webhook_redis(settings)).deliver(message_id)
-        metrics.webhook_delivered(outcome)
-        return outcome
-
     @app.task(name="agentworker.housekeeping", ignore_result=True, shared=False)
     def housekeeping() -> dict[str, int]:
-        """Retention and partition pruning (agentworker/housekeeping.py); run by beat."""
-        from agentworker.fleet.housekeeping import housekeep
-
-        store: Any = process_runner(app).store
-        report = housekeep(store, Settings().retention_seconds)
+        """Retention and partition pruning (agentworker/fleet/housekeeping.py); run by beat."""
+        store: Any = process.runner().store
+        report = housekeep(store, settings.retention_seconds)
         return {"migrated": report.migrated, "expired": report.expired, "pruned": report.pruned}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentworker.http.api import create_http_app
+from agentworker.http.app import create_http_app
 from agentworker.http.auth import (
     IDEMPOTENCY_HEADER,
     REQUEST_ID_HEADER,
@@ -24,12 +24,12 @@ from agentworker.http.auth import (
     signed_headers,
     target_of,
 )
+from agentworker.settings import Settings, problems
+from agentworker.wiring import make_runner
 from runner_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
-
-    app: Starlette
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -43,8 +43,11 @@ __all__ = [
     "target_of",
 ]
 
-_lock = threading.Lock()
-_app: Starlette | None = None
+# Importing the submodule ``agentworker.http.app`` bound its name here; ``app`` of this
+# package is the ASGI app of ``uvicorn agentworker.http:app``, served by ``__getattr__``.
+del globals()["app"]
+
+_building = threading.Lock()
 
 
 def __getattr__(name: str) -> Any:
@@ -54,20 +57,20 @@ def __getattr__(name: str) -> Any:
 
 
 def _default_app() -> Starlette:
-    """The app for ``uvicorn agentworker.http:app``, built once from the environment."""
-    global _app
-    with _lock:
-        if _app is None:
-            from agentworker.fleet.app import problems
-            from agentworker.settings import Settings
-            from agentworker.wiring import make_runner
+    """The app for ``uvicorn agentworker.http:app``, built once from the environment.
 
+    Once built it is this module's ``app`` attribute, so ``__getattr__`` is not asked again.
+    """
+    with _building:
+        built: Starlette | None = globals().get("app")
+        if built is None:
             try:
                 settings = Settings()
                 settings.load_agent_loader()  # a wrong loader stops the start; Redis need not
-                _app = create_http_app(lambda: make_runner(settings), settings)
+                built = create_http_app(lambda: make_runner(settings), settings)
             except ConfigurationError as exc:
                 raise SystemExit(f"agentworker.http: {exc}") from None
             except ValidationError as exc:
                 raise SystemExit(f"agentworker.http: invalid settings: {problems(exc)}") from None
-        return _app
+            globals()["app"] = built
+        return built

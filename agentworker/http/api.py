@@ -5,23 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 from redis import asyncio as aioredis
-from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from agentworker.http.auth import Authenticator, Caller, RequestLedger, StoredResponse, fingerprint
-from agentworker.http.credentials import legacy_credentials, parse_credentials
-from agentworker.http.errors import ApiError, error_body, error_response, status_of
-from agentworker.http.guard import Guard, Limits, caller_of
+from agentworker.http.auth import Caller, RequestLedger, StoredResponse, fingerprint
+from agentworker.http.errors import ApiError, error_body, status_of
+from agentworker.http.guard import caller_of
 from agentworker.http.listing import ListQuery, list_page
 from agentworker.http.schemas import (
     BodyLimits,
@@ -32,12 +29,9 @@ from agentworker.http.schemas import (
     turn_summary,
 )
 from agentworker.http.sse import already_over, event_source, stream_exists
-from agentworker.http.throttle import FailureThrottle
 from agentworker.notify.streams import check_stream_id
 from agentworker.notify.webhooks import Outbox
-from agentworker.ops.logs import use_json_in_http_app
-from agentworker.ops.metrics import scrape
-from agentworker.ops.traces import instrument_http_app
+from agentworker.ops import metrics
 from agentworker.settings import Settings
 from runner_core import (
     AgentRunner,
@@ -45,11 +39,13 @@ from runner_core import (
     AgentTurnSnapshot,
     AgentWorkerError,
     ConcurrentModificationError,
-    ConfigurationError,
     StoreUnavailableError,
     TurnLeasedError,
     TurnNotFoundError,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("agentworker.http")
 
@@ -89,6 +85,7 @@ class TurnsApi:
         self.limits = limits
         self.redis: aioredis.Redis | None = None
         self._outbox: Outbox | None = None
+        self._registry: CollectorRegistry | None = None
 
     @property
     def runner(self) -> AgentRunner:
@@ -110,7 +107,7 @@ class TurnsApi:
         payload.check(self.limits)
         metadata = caller.stamp(payload.metadata)
         if payload.webhooks:
-            if not _secret(self.settings.webhook_start_secret):
+            if not secret_value(self.settings.webhook_start_secret):
                 raise ApiError(
                     422, "webhooks on start need AGENTWORKER_WEBHOOK_START_SECRET", "webhooks"
                 )
@@ -252,8 +249,14 @@ class TurnsApi:
         caller.need("read")
         if not caller.every_tenant:
             raise ApiError(403, "metrics are fleet-wide: an operator credential reads them")
-        body, content_type = await run_in_threadpool(lambda: scrape(self.runner.store))
+        body, content_type = await run_in_threadpool(self._scrape)
         return Response(body, media_type=content_type)
+
+    def _scrape(self) -> tuple[bytes, str]:
+        """The host's metrics and the turns, from a registry built once per app."""
+        if self._registry is None:
+            self._registry = metrics.registry(self.runner.store)
+        return metrics.exposition(self._registry)
 
     async def deliveries(self, request: Request) -> Response:
         """``GET /turns/{id}/deliveries``: the turn's outbound webhooks and their attempts."""
@@ -352,29 +355,9 @@ def _after(request: Request) -> str:
         raise ApiError(422, str(exc), field="Last-Event-ID") from None
 
 
-async def _on_error(request: Request, exc: Exception) -> Response:
-    status = status_of(exc)
-    if status == 503:
-        log.warning("%s %s: store unavailable: %s", request.method, request.url.path, exc)
-    elif status >= 500:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return error_response(exc)
-
-
-def _secret(value: SecretStr | None) -> str | None:
+def secret_value(value: SecretStr | None) -> str | None:
+    """The secret's text; None when unset or empty."""
     return value.get_secret_value() if value is not None and value.get_secret_value() else None
-
-
-def authenticator(settings: Settings) -> Authenticator:
-    """The app's credentials: ``AGENTWORKER_CREDENTIALS`` and the older single ones."""
-    credentials = parse_credentials(_secret(settings.credentials))
-    credentials += legacy_credentials(_secret(settings.api_token), _secret(settings.webhook_secret))
-    if not credentials:
-        raise ConfigurationError(
-            "the HTTP API needs AGENTWORKER_CREDENTIALS (or AGENTWORKER_API_TOKEN / "
-            "AGENTWORKER_WEBHOOK_SECRET)"
-        )
-    return Authenticator(credentials, settings.webhook_window_seconds)
 
 
 def routes_of(api: TurnsApi) -> list[BaseRoute]:
@@ -394,42 +377,4 @@ def routes_of(api: TurnsApi) -> list[BaseRoute]:
     ]
 
 
-def create_http_app(runner: RunnerSource, settings: Settings | None = None) -> Starlette:
-    """The ASGI app over ``runner`` (or a function building it when first needed).
-
-    Needs at least one credential configured (``ConfigurationError`` otherwise).
-    """
-    from agentworker.http.console.pages import console_routes
-    from agentworker.http.openapi import openapi_route
-
-    settings = settings or Settings()
-    use_json_in_http_app()  # AGENTWORKER_LOG_FORMAT=json
-    auth = authenticator(settings)
-    limits = BodyLimits(settings.http_max_input_chars, settings.http_max_metadata_bytes)
-    api = TurnsApi(Runners(runner), settings.namespace, settings, limits)
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        from stores.redis import async_client  # a cluster for redis+cluster://
-
-        api.redis = async_client(settings.redis_url, connect_timeout=2, socket_timeout=5)
-        try:
-            yield
-        finally:
-            await api.redis.aclose()
-            api.redis = None
-
-    routes: list[BaseRoute] = [*routes_of(api), openapi_route(), *console_routes(api)]
-    handlers = {ApiError: _on_error, AgentWorkerError: _on_error, Exception: _on_error}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
-    guard_limits = Limits(settings.http_max_body_bytes, settings.http_body_timeout_seconds)
-    throttle = FailureThrottle(settings.http_auth_failures_per_minute)
-    app.add_middleware(Guard, auth=auth, limits=guard_limits, throttle=throttle)
-    instrument_http_app(app)  # OpenTelemetry: a span per request, outside the guard
-    app.state.api = api
-    app.state.auth = auth
-    app.state.throttle = throttle
-    return app
-
-
-__all__ = ["TurnsApi", "create_http_app"]
+__all__ = ["Runners", "TurnsApi", "routes_of", "secret_value"]

@@ -73,6 +73,8 @@ class Metrics:
     webhooks: Any
 
 
+# Once per process: the metrics live in prometheus_client's default registry, which refuses
+# a second metric of the same name, so the library makes them process-global.
 @functools.cache
 def metrics() -> Metrics | None:
     """The metric objects, registered in the default registry; None without the package."""
@@ -335,17 +337,6 @@ def exposition(reg: CollectorRegistry) -> tuple[bytes, str]:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     return generate_latest(reg), CONTENT_TYPE_LATEST
-
-
-_registries: dict[int, CollectorRegistry] = {}
-
-
-def scrape(store: AgentTurnStore) -> tuple[bytes, str]:
-    """What ``GET /metrics`` of the HTTP app answers: this host's metrics and the turns."""
-    reg = _registries.get(id(store))
-    if reg is None:
-        reg = _registries[id(store)] = registry(store)
-    return exposition(reg)
 
 
 def serve(port: int, addr: str, store: AgentTurnStore | None) -> None:

@@ -17,8 +17,6 @@ from typing import Any
 
 log = logging.getLogger("agentworker.otel")
 
-_provider: Any = None
-
 
 def wanted() -> bool:
     """Whether the environment asks for traces."""
@@ -33,11 +31,27 @@ def wanted() -> bool:
     )
 
 
+def installed() -> Any:
+    """The SDK's tracer provider once one is installed in this process, else None.
+
+    OpenTelemetry keeps one global provider per process and refuses to replace it, so the
+    library's own global says whether the SDK is on: no flag of ours could know more.
+    """
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:
+        return None
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, TracerProvider) else None
+
+
 def setup_tracing(service_name: str = "agentworker-worker") -> bool:
     """Install the SDK tracer provider once per process, if wanted; True if installed."""
-    global _provider
-    if _provider is not None or not wanted():
-        return _provider is not None
+    if installed() is not None:
+        return True
+    if not wanted():
+        return False
     try:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -53,7 +67,6 @@ def setup_tracing(service_name: str = "agentworker-worker") -> bool:
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(_exporter()))
     trace.set_tracer_provider(provider)
-    _provider = provider
     _instrument_celery()
     log.info("OpenTelemetry traces on (%s)", os.environ.get("OTEL_TRACES_EXPORTER", "otlp"))
     return True
@@ -97,11 +110,13 @@ def _instrument_celery() -> None:
 
 def flush(timeout_ms: int = 5000) -> None:
     """Export the spans still buffered (a prefork child about to exit)."""
-    if _provider is not None:
-        _provider.force_flush(timeout_ms)
+    provider = installed()
+    if provider is not None:
+        provider.force_flush(timeout_ms)
 
 
 def shutdown() -> None:
     """Flush and stop the exporter (the worker is stopping)."""
-    if _provider is not None:
-        _provider.shutdown()
+    provider = installed()
+    if provider is not None:
+        provider.shutdown()

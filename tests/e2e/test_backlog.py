@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from agentworker.wiring import make_runner
+from agentworker.wiring import create_app, make_runner
 from runner_core import AgentRunner
 from tests.support.servers import Fleet, RedisServer
 

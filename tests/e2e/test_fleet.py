@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
+from agentworker.wiring import create_app
 from runner_core import (
     Agent,
     AgentTurnSnapshot,

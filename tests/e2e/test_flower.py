@@ -19,9 +19,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from agentworker.wiring import make_runner
+from agentworker.wiring import create_app, make_runner
 from runner_core import AgentTurnStatus
 from tests.support.servers import CELERY, ROOT, Fleet, free_port, stop_process
 

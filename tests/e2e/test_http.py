@@ -18,11 +18,10 @@ import httpx
 import pytest
 import uvicorn
 
-from agentworker.fleet.app import create_app
 from agentworker.http import create_http_app, sign, signed_headers, target_of
 from agentworker.notify.streams import read_events
 from agentworker.settings import Settings
-from agentworker.wiring import make_runner
+from agentworker.wiring import create_app, make_runner
 from stores import RedisAgentTurnStore
 from tests.support.servers import ROOT, Fleet, RedisServer, free_port
 

@@ -29,9 +29,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from agentworker.fleet.app import create_app  # noqa: E402
 from agentworker.settings import Settings  # noqa: E402
-from agentworker.wiring import make_runner  # noqa: E402
+from agentworker.wiring import create_app, make_runner  # noqa: E402
 from runner_core import AgentResumeCommand, AgentTurnOptions, AgentTurnStatus  # noqa: E402
 from tests.support.observed import CHILD, MODEL, POLICY, ROOT, collecting_spans  # noqa: E402
 from tests.support.servers import ROOT as REPO  # noqa: E402

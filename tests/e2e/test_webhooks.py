@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from agentworker.fleet.app import create_app
 from agentworker.notify import webhooks
 from agentworker.settings import Settings
-from agentworker.wiring import make_runner
+from agentworker.wiring import create_app, make_runner
 from runner_core import AgentResumeCommand
 from tests.support.servers import Fleet, RedisServer
 

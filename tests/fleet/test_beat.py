@@ -14,9 +14,9 @@ import pytest
 import redis
 from celery import Celery
 
-from agentworker.fleet.app import create_app
-from agentworker.fleet.beat import SWEEP_TASK, SweepScheduler, sweep_started
+from agentworker.fleet.beat import SWEEP_TASK, SweepScheduler, gate_for, sweep_started
 from agentworker.settings import Settings
+from agentworker.wiring import create_app
 from tests.support.cluster import LocalCluster
 from tests.support.servers import RedisServer, free_port
 
@@ -93,7 +93,7 @@ def test_no_sweep_is_sent_while_the_previous_one_has_not_started(
     assert broker_len(server, queue) == 1
     # When a worker takes it and the task starts, the next one goes out
     consume_one(server, queue)
-    sweep_started(settings)
+    sweep_started(lambda: gate_for(settings))
     scheduler.apply_entry(entry, producer=scheduler.producer)
     assert broker_len(server, queue) == 1
 

@@ -9,9 +9,10 @@ import pytest
 from amqp.exceptions import PreconditionFailed
 
 import agentworker.fleet.queues as queues
-from agentworker.fleet.app import app_from_environment, celery_config
+from agentworker.fleet.app import app_from_environment
 from agentworker.fleet.queues import QueueTypeMismatchError, default_pool, mismatch, task_queues
 from agentworker.settings import BrokerLimitError, Settings
+from agentworker.wiring import celery_config
 from runner_core import ConfigurationError
 
 REDIS = "redis://127.0.0.1:6379/1"
@@ -163,8 +164,8 @@ def test_the_pool_suits_the_broker() -> None:
 
 
 def test_declaring_at_start_leaves_an_unreachable_broker_to_celery() -> None:
-    from agentworker.fleet.app import create_app
     from agentworker.fleet.queues import declare_queues
+    from agentworker.wiring import create_app
     from tests.support.servers import free_port
 
     app = create_app(settings(f"amqp://guest:guest@127.0.0.1:{free_port()}//"))
@@ -174,8 +175,8 @@ def test_declaring_at_start_leaves_an_unreachable_broker_to_celery() -> None:
 
 
 def test_declaring_at_start_is_for_amqp_only() -> None:
-    from agentworker.fleet.app import create_app
     from agentworker.fleet.queues import declare_queues
+    from agentworker.wiring import create_app
 
     app = create_app(settings("redis://127.0.0.1:1/0"))
     declare_queues(app, "classic")  # never connects

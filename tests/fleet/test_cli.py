@@ -17,9 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentworker.cli.commands import NOTHING_TO_DO, app
-from agentworker.fleet.app import create_app
 from agentworker.settings import Settings
-from agentworker.wiring import make_runner
+from agentworker.wiring import create_app, make_runner
 from runner_core import AgentRunner, AgentTurnStatus
 from tests.support.servers import RedisServer, free_port
 

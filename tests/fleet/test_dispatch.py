@@ -13,9 +13,9 @@ import pytest
 import redis
 from kombu.exceptions import OperationalError
 
-from agentworker.fleet.app import create_app
 from agentworker.fleet.dispatch import CeleryDispatcher
 from agentworker.settings import Settings
+from agentworker.wiring import create_app
 from tests.support.servers import RedisServer, free_port
 
 pytestmark = [

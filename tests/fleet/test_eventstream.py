@@ -223,9 +223,8 @@ def test_a_bad_stream_id_is_refused(client: redis.Redis, ns: str) -> None:
 def test_make_runner_installs_the_bridge_only_when_events_are_enabled(
     server: RedisServer, ns: str
 ) -> None:
-    from agentworker.fleet.app import create_app
     from agentworker.settings import Settings
-    from agentworker.wiring import make_runner
+    from agentworker.wiring import create_app, make_runner
 
     def bridges(enabled: bool) -> int:
         settings = Settings(redis_url=server.url, namespace=ns, events_enabled=enabled)

@@ -183,7 +183,7 @@ def test_turn_counts_from_the_redis_indexes(tmp_path: Path, kind: str) -> None:
 
 def test_webhook_delivery_attempts_are_counted_by_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
     import agentworker.notify.webhooks
-    from agentworker.fleet.app import create_app
+    from agentworker.wiring import create_app
 
     class Outbox:
         def deliver(self, message_id: str) -> str:
