@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentworker.http.app import create_http_app
 from agentworker.http.auth import (
     IDEMPOTENCY_HEADER,
     REQUEST_ID_HEADER,
@@ -24,6 +23,7 @@ from agentworker.http.auth import (
     signed_headers,
     target_of,
 )
+from agentworker.http.root import create_http_app
 from agentworker.settings import Settings, problems
 from agentworker.wiring import make_runner
 from runner_core.errors import ConfigurationError
@@ -43,9 +43,6 @@ __all__ = [
     "target_of",
 ]
 
-# Importing the submodule ``agentworker.http.app`` bound its name here; ``app`` of this
-# package is the ASGI app of ``uvicorn agentworker.http:app``, served by ``__getattr__``.
-del globals()["app"]
 
 _building = threading.Lock()
 

@@ -27,6 +27,7 @@ import redis
 from redis import asyncio as aioredis
 
 from runner_core import AgentEvent, AgentEventType
+from runner_core.events import TERMINAL_EVENTS
 from runner_core.events import event_to_dict as _event_to_dict
 from stores.redis import (
     AsyncEventStreams,
@@ -41,16 +42,7 @@ log = logging.getLogger("agentworker.events")
 Entry = tuple[str, dict[str, Any]]
 
 #: The events that end a turn; the root's one ends the tree's stream.
-TERMINAL_TYPES = frozenset(
-    {
-        AgentEventType.TURN_COMPLETED.value,
-        AgentEventType.TURN_FAILED.value,
-        AgentEventType.TURN_CANCELLED.value,
-        AgentEventType.MAX_ITERATIONS_REACHED.value,
-        AgentEventType.MAX_STEPS_REACHED.value,
-        AgentEventType.BUDGET_EXCEEDED.value,
-    }
-)
+TERMINAL_TYPES = frozenset(e.value for e in TERMINAL_EVENTS)
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
 
