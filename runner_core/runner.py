@@ -255,9 +255,10 @@ class AgentRunner:
         if turn.status is AgentTurnStatus.WAITING_FOR_CHILD:
             turn = self._blocked_descendant(turn, command)
         apply_resume(turn.state, command, self.store.now())
-        resumed = {"command": command.kind.value}
+        resumed = command.kind.value
+        self.kernel.emit(turn, AgentEventType.TURN_RESUMED, after_save=True, command=resumed)
         try:
-            self.kernel.commit(turn, after=[(AgentEventType.TURN_RESUMED, resumed)])
+            self.kernel.commit(turn)
         finally:
             self.events.flush()
         return turn

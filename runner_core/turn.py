@@ -28,8 +28,11 @@ class AgentTurn:
         self.agent = agent
         self.live_error: BaseException | None = None
         self.held_lease: HeldLease | None = None
-        #: Events about changes not committed yet (the next commit writes them).
+        #: Events about changes not committed yet (the next commit writes them, before its
+        #: SNAPSHOT_SAVED). Filled only by ``TurnKernel.emit``.
         self.pending_events: list[AgentEvent] = []
+        #: The next commit's consequences (written after its SNAPSHOT_SAVED); ``emit`` too.
+        self.pending_after_save: list[AgentEvent] = []
         #: Marks a direct runner's provisional events (a worker uses its lease id).
         self.attempt_id: str | None = None
         #: Whether this object's steps are traced (``_engine.tracing``; None: not asked).

@@ -1,9 +1,10 @@
 """What every runner operation shares: the one commit, ownership checks, events, closing.
 
 ``TurnKernel.commit`` is the one place where a turn is written (DESIGN.md, invariant 8).
-Events about a change wait on the turn until the commit that makes the change: the store
-writes them with it and numbers them, and only then do listeners get them (invariant 9).
-Provisional progress events (model/tool started, deltas) go out at once.
+Every event of the engine goes through ``TurnKernel.emit``. Events about a change wait on
+the turn until the commit that makes the change: the store writes them with it and numbers
+them, and only then do listeners get them (invariant 9). Provisional progress events
+(model/tool started, deltas) go out at once.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from runner_core.turn import AgentTurn
 T = TypeVar("T")
 AfterSave = Callable[[AgentTurn], None]
 OnTerminal = Callable[[AgentTurn, SaveResult], None]
+#: An event as a value (type and data) that a step outcome carries until ``emit``.
 EventSpec = tuple[AgentEventType, dict[str, Any]]
 
 #: A writer without a lease retries an unavailable store this often (a blip), then raises.
@@ -89,23 +91,28 @@ class TurnKernel:
         return chain
 
     # -- events ---------------------------------------------------------------------------
-    def emit(self, turn: AgentTurn, type: AgentEventType, **data: Any) -> None:
-        """A provisional event goes out now; any other waits for the turn's next commit."""
+    def emit(
+        self, turn: AgentTurn, type: AgentEventType, /, *, after_save: bool = False, **data: Any
+    ) -> None:
+        """A provisional event goes out now; any other waits for the turn's next commit.
+
+        The commit writes the waiting events before its SNAPSHOT_SAVED (what led to the
+        save), or after it with ``after_save`` (its consequences). The caller decides, not
+        the type: the same type falls on either side depending on the path.
+        """
         if type in PROVISIONAL:
             if self.bus.active:
                 self.bus.deliver(make_event(turn.state, type, data, attempt=attempt_of(turn)))
         elif self.bus.active or self.store_records_events:
-            turn.pending_events.append(make_event(turn.state, type, data))
+            queue = turn.pending_after_save if after_save else turn.pending_events
+            queue.append(make_event(turn.state, type, data))
 
-    def _events(
-        self, turn: AgentTurn, version: int, after: Sequence[EventSpec]
-    ) -> tuple[AgentEvent, ...]:
+    def _events(self, turn: AgentTurn, version: int) -> tuple[AgentEvent, ...]:
+        """What the commit writes: the waiting events around its SNAPSHOT_SAVED."""
         if not (self.bus.active or self.store_records_events):
             return ()
-        st = turn.state
-        saved = make_event(st, AgentEventType.SNAPSHOT_SAVED, {"version": version})
-        later = [make_event(st, kind, data) for kind, data in after]
-        return (*turn.pending_events, saved, *later)
+        saved = make_event(turn.state, AgentEventType.SNAPSHOT_SAVED, {"version": version})
+        return (*turn.pending_events, saved, *turn.pending_after_save)
 
     # -- ownership --------------------------------------------------------------------------
     def control(self, turn: AgentTurn) -> TurnControl:
@@ -144,36 +151,35 @@ class TurnKernel:
         children: Sequence[AgentTurnSnapshot] = (),
         *,
         last: bool = False,
-        after: Sequence[EventSpec] = (),
     ) -> SaveResult:
         """Write the turn (and create ``children``) with its events: the one door.
 
-        The turn's waiting events, SNAPSHOT_SAVED, then ``after`` ride in the same atomic
-        write and reach listeners only once it landed. ``last``: nothing follows in this
-        step; a worker that asked for it gives its lease back in the same write (after
+        The events ``emit`` queued, before and after SNAPSHOT_SAVED, ride in the same
+        atomic write and reach listeners only once it landed. ``last``: nothing follows in
+        this step; a worker that asked for it gives its lease back in the same write (after
         which any further write raises ``LeaseLostError``). A refused commit changes
         nothing stored and drops the waiting events: the work they describe never happened.
         """
         held = turn.held_lease
-        if held is not None:
-            held.check()
         st = turn.state
-        st.updated_at = time.time()
-        release = last and held is not None and held.release_on_last_save
-        commit = Commit(
-            snapshot=st,
-            expected_version=st.version,
-            request_id=f"{self._rid_prefix}-{next(self._rids)}",
-            lease=held.ref() if held is not None else None,
-            release=release,
-            children=tuple(children),
-            events=self._events(turn, st.version + 1, after),
-            wake=(held is None or release) and self.wakes(),
-        )
         try:
+            if held is not None:
+                held.check()
+            st.updated_at = time.time()
+            release = last and held is not None and held.release_on_last_save
+            commit = Commit(
+                snapshot=st,
+                expected_version=st.version,
+                request_id=f"{self._rid_prefix}-{next(self._rids)}",
+                lease=held.ref() if held is not None else None,
+                release=release,
+                children=tuple(children),
+                events=self._events(turn, st.version + 1),
+                wake=(held is None or release) and self.wakes(),
+            )
             result = self._write(turn, commit)
         finally:
-            turn.pending_events = []
+            turn.pending_events, turn.pending_after_save = [], []
         st.version = result.version
         if commit.events:
             st.event_sequence = result.first_sequence + len(commit.events) - 1
@@ -238,10 +244,11 @@ class TurnKernel:
         st.suspension = None
         st.next_runnable_at = None
         st.child_results = {}
-        after: list[EventSpec] = [(AgentEventType.STEP_COMPLETED, {})] if in_step else []
+        if in_step:
+            self.emit(turn, AgentEventType.STEP_COMPLETED, after_save=True)
         terminal = {"reason": st.terminal_reason, "final_output": st.final_output}
-        after.append((TERMINAL_EVENT[status], terminal))
-        result = self.commit(turn, last=True, after=after)
+        self.emit(turn, TERMINAL_EVENT[status], after_save=True, **terminal)
+        result = self.commit(turn, last=True)
         if self.on_terminal is not None:
             self.on_terminal(turn, result)
         return result

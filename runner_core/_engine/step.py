@@ -7,6 +7,7 @@ TOOLS). Each phase returns an ``Outcome``; ``_apply`` turns it into saved state 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import assert_never
@@ -45,14 +46,14 @@ from runner_core.turn import AgentStepResult, AgentTurn
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Save the work so far (then ``events``) in the middle of a step, which goes on."""
+    """Save the work so far (``events`` follow the save) in the middle of a step."""
 
     events: tuple[EventSpec, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Continue:
-    """The step's work is saved (by ``_apply``, then ``events`` emitted); it may go on."""
+    """The step's work is saved by ``_apply`` (``events`` follow the save); it may go on."""
 
     events: tuple[EventSpec, ...] = ()
 
@@ -386,9 +387,11 @@ class _Step:
         done: list[EventSpec] = [(E.STEP_COMPLETED, {})] if in_step else []
         match outcome:
             case Checkpoint(events=events):
-                k.commit(turn, after=events)
+                self._emit_after_save(events)
+                k.commit(turn)
             case Continue(events=events):
-                saved = k.commit(turn, last=True, after=[*events, *done])
+                self._emit_after_save([*events, *done])
+                saved = k.commit(turn, last=True)
                 if saved.cancel_requested and not saved.lease_released:
                     # the commit re-read the cancel flag; a released turn ends at its next step
                     cancel = Finish(Status.CANCELLED, k.cancellation_reason(turn))
@@ -398,14 +401,16 @@ class _Step:
                 st.suspension = suspension
                 data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
                 after = [(notice, {**data, **suspension.metadata}), (E.TURN_SUSPENDED, data)]
-                k.commit(turn, last=True, after=[*done, *after])
+                self._emit_after_save([*done, *after])
+                k.commit(turn, last=True)
             case WaitForChildren(start=start):
                 move(st, Status.WAITING_FOR_CHILD)
                 st.suspension = suspension = start.suspension()
                 data = {"correlation_id": suspension.correlation_id, "message": suspension.message}
                 ids = [c.id for c in start.children]
                 suspended = (E.TURN_SUSPENDED, {**data, "child_turn_ids": ids})
-                k.commit(turn, start.children, last=True, after=[*done, *start.events, suspended])
+                self._emit_after_save([*done, *start.events, suspended])
+                k.commit(turn, start.children, last=True)
             case Retry(error=error, phase=phase):
                 ended = self._schedule_retry(error, phase, done)
                 if ended is not None:
@@ -443,8 +448,14 @@ class _Step:
             "next_runnable_at": st.next_runnable_at,
             "error": ErrorInfo.of(error).model_dump(),
         }
-        self.k.commit(self.turn, last=True, after=[*done, (E.RETRY_SCHEDULED, notice)])
+        self._emit_after_save([*done, (E.RETRY_SCHEDULED, notice)])
+        self.k.commit(self.turn, last=True)
         return None
+
+    def _emit_after_save(self, events: Iterable[EventSpec]) -> None:
+        """An outcome's events, emitted last before its commit: they follow its save."""
+        for kind, data in events:
+            self.k.emit(self.turn, kind, after_save=True, **data)
 
 
 def may_step(st: AgentTurnSnapshot, now: float) -> bool:
