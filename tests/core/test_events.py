@@ -14,6 +14,9 @@ from runner_core import (
     AgentRunner,
     AgentTurnOptions,
     AgentTurnStatus,
+    ConcurrentModificationError,
+    InMemoryAgentTurnStore,
+    LeaseLostError,
     ModelError,
     RetryPolicy,
     Usage,
@@ -249,3 +252,36 @@ def test_model_completed_reports_usage_and_tool_names(
     completed = events.of(E.MODEL_COMPLETED)[0]
     assert (completed.data["input_tokens"], completed.data["output_tokens"]) == (3, 4)
     assert completed.data["tool_calls"] == ["noop"]
+
+
+@pytest.mark.parametrize("refusal", ["stale version", "lost lease"])
+def test_a_refused_commit_drops_the_events_waiting_for_it(
+    runner: AgentRunner, store: InMemoryAgentTurnStore, events: EventLog, refusal: str
+) -> None:
+    # Given a turn whose next commit will be refused
+    turn = runner.start(agent(Script("hello")), "hi")
+    if refusal == "stale version":
+        runner.save_snapshot(runner.restore(turn.id))  # another writer moved it on
+    else:
+        held = runner.claim(turn.id, "worker-A")
+        assert held is not None and held.held_lease is not None
+        store.claim(turn.id, "worker-B", store.now() + 60.0, 30_000)
+        assert held.held_lease.renew() is False
+        turn = held
+    heard = len(events.events)
+
+    # When events wait on both sides of its save and the commit is refused
+    runner.kernel.emit(turn, E.TURN_RESUMED, command="before")
+    runner.kernel.emit(turn, E.TURN_RESUMED, after_save=True, command="after")
+    assert turn.pending_events and turn.pending_after_save
+    with pytest.raises((ConcurrentModificationError, LeaseLostError)):
+        runner.kernel.commit(turn)
+
+    # Then both queues are empty and nobody heard them
+    assert turn.pending_events == [] and turn.pending_after_save == []
+    assert events.events[heard:] == []
+    if refusal == "stale version":
+        # and once the copy is current again, its next commit writes only its own event
+        turn.state.version = store.load(turn.id).version
+        runner.kernel.commit(turn)
+        assert [e.type for e in events.events[heard:]] == [E.SNAPSHOT_SAVED]
