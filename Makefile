@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 KEEP   ?=
 
-.PHONY: demo demo-fleet test test-min wheel-check lint typecheck bench chaos check clean help \
+.PHONY: demo demo-fleet test test-fast test-min wheel-check lint typecheck bench chaos check clean help \
         redis-check python-check flower
 
 help:  ## List the targets
@@ -39,6 +39,9 @@ demo: python-check $(STAMP)  ## Run the offline demo: one order-support turn, pr
 
 test: python-check $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e, a local Redis Cluster; not chaos or bench)
 	@$(PY) -m pytest
+
+test-fast: python-check $(STAMP)  ## Core tests, the store contract on the in-memory store, repo checks (under a minute)
+	@$(PY) -m pytest -m fast tests/core tests/stores tests/repo
 
 redis-check:
 	@command -v redis-server >/dev/null 2>&1 || { \
