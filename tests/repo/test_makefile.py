@@ -73,6 +73,13 @@ def test_help_lists_the_fast_run_next_to_the_full_one(tmp_path: Path) -> None:
     assert {"test", "test-fast"} <= listed
 
 
+def test_the_full_run_shares_modules_between_xdist_workers(tmp_path: Path) -> None:
+    # -n: a dry run, nothing is installed or started; the recipe is what CI runs.
+    (tmp_path / "pyproject.toml").touch()
+    done = make(tmp_path, "-n", "test", "WORKERS=3")
+    assert "-m pytest -n 3 --dist loadgroup" in done.stdout
+
+
 def test_the_fast_run_selects_in_process_tests_only(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").touch()
     done = make(tmp_path, "-n", "test-fast")
