@@ -4,8 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 KEEP   ?=
+# pytest-xdist workers of `make test` (auto: one per core; 0: no xdist, one process).
+WORKERS ?= auto
 
-.PHONY: demo demo-fleet test test-min wheel-check lint typecheck bench chaos check clean help \
+.PHONY: demo demo-fleet test test-fast test-min wheel-check lint typecheck bench chaos check clean help \
         redis-check python-check flower
 
 help:  ## List the targets
@@ -37,8 +39,13 @@ $(STAMP): pyproject.toml | python-check
 demo: python-check $(STAMP)  ## Run the offline demo: one order-support turn, printed as it happens
 	@$(PY) -m examples.demo
 
+# A module stays on one worker, and the suites that start fleets of processes share one
+# group so they run one after another (tests/conftest.py).
 test: python-check $(STAMP) redis-check  ## Run the test suite (unit, contract, e2e, a local Redis Cluster; not chaos or bench)
-	@$(PY) -m pytest
+	@$(PY) -m pytest -n $(WORKERS) --dist loadgroup
+
+test-fast: python-check $(STAMP)  ## Core tests, the store contract on the in-memory store, repo checks (under a minute)
+	@$(PY) -m pytest -m fast tests/core tests/stores tests/repo
 
 redis-check:
 	@command -v redis-server >/dev/null 2>&1 || { \

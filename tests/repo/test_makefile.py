@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,39 @@ def test_a_good_venv_is_kept(tmp_path: Path) -> None:
     done = make(tmp_path, "help")
     assert done.returncode == 0 and "rebuilding" not in done.stdout
     assert (tmp_path / ".venv" / "bin" / "python").exists()
+
+
+def test_help_lists_the_fast_run_next_to_the_full_one(tmp_path: Path) -> None:
+    done = make(tmp_path, "help")
+    listed = {line.split("\t")[0] for line in done.stdout.splitlines()}
+    assert {"test", "test-fast"} <= listed
+
+
+def test_the_full_run_shares_modules_between_xdist_workers(tmp_path: Path) -> None:
+    # -n: a dry run, nothing is installed or started; the recipe is what CI runs.
+    (tmp_path / "pyproject.toml").touch()
+    done = make(tmp_path, "-n", "test", "WORKERS=3")
+    assert "-m pytest -n 3 --dist loadgroup" in done.stdout
+
+
+def test_the_fast_run_selects_in_process_tests_only(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").touch()
+    done = make(tmp_path, "-n", "test-fast")
+    recipe = next(line for line in done.stdout.splitlines() if "-m pytest" in line)
+    argv = recipe.split("-m pytest", 1)[1].split()
+    # When pytest collects what the recipe names
+    collected = subprocess.run(
+        # pyproject's addopts already has -q: one -q prints the test ids
+        [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    # Then it has the core suite and the memory store's contract runs, and no Redis run
+    assert any(i.startswith("tests/core/") for i in ids)
+    assert any(i.startswith("tests/stores/") and "[memory" in i for i in ids)
+    assert any(i.startswith("tests/repo/") for i in ids)
+    params = [i.partition("[")[2] for i in ids]
+    assert not [p for p in params if "redis" in p or "cluster" in p]
+    assert not [i for i in ids if i.startswith("tests/stores/") and "[memory" not in i]
