@@ -302,37 +302,13 @@ class _Step:
             invoke = partial(invoke_tool, k, turn, tool)
             message = chain_tool(k.middleware(turn), turn, invoke)(call)
         except UserInputRequested as ask:
-            return Suspend(
-                Status.WAITING_FOR_USER,
-                Suspension(
-                    type=SuspensionType.USER_INPUT,
-                    correlation_id=call.id,
-                    message=ask.prompt,
-                    resume_phase=Phase.TOOLS,
-                    metadata={"tool": call.name, "schema": ask.schema},
-                ),
-                E.TOOL_INPUT_REQUESTED,
-            )
+            return _ask_user(call, ask)
         except InvalidToolArguments as exc:
             return self._refuse(call, "invalid_arguments", str(exc))
         except Exception as exc:
             if isinstance(exc, _INFRA_ERRORS):
                 raise
-            k.emit(
-                turn,
-                E.TOOL_FAILED,
-                call_id=call.id,
-                tool=call.name,
-                error=ErrorInfo.of(exc).model_dump(),
-            )
-            if self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL":
-                content = error_content("tool_error", str(exc), exception=type(exc).__name__)
-                return self._answer(
-                    call,
-                    ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True),
-                )
-            self.result.error = exc
-            return self._failure(exc, Phase.TOOLS)
+            return self._tool_failed(call, exc)
         st.tool_call_count += 1
         k.emit(
             turn,
@@ -343,6 +319,23 @@ class _Step:
             content=message.content[:500],
         )
         return self._answer(call, message)
+
+    def _tool_failed(self, call: ToolCall, exc: Exception) -> Outcome | None:
+        """A tool raised: its error goes back to the model, or fails the step, by policy."""
+        self.k.emit(
+            self.turn,
+            E.TOOL_FAILED,
+            call_id=call.id,
+            tool=call.name,
+            error=ErrorInfo.of(exc).model_dump(),
+        )
+        if self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL":
+            content = error_content("tool_error", str(exc), exception=type(exc).__name__)
+            return self._answer(
+                call, ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
+            )
+        self.result.error = exc
+        return self._failure(exc, Phase.TOOLS)
 
     def _refuse(self, call: ToolCall, kind: str, message: str) -> Outcome | None:
         self.k.emit(
@@ -465,3 +458,18 @@ def may_step(st: AgentTurnSnapshot, now: float) -> bool:
     if st.status is Status.WAITING_FOR_CHILD:
         return st.all_children_reported()
     return st.status is Status.RETRY_SCHEDULED and (st.next_runnable_at or 0.0) <= now
+
+
+def _ask_user(call: ToolCall, ask: UserInputRequested) -> Suspend:
+    """A tool asked the person for input: the turn waits for it, to resume in TOOLS."""
+    return Suspend(
+        Status.WAITING_FOR_USER,
+        Suspension(
+            type=SuspensionType.USER_INPUT,
+            correlation_id=call.id,
+            message=ask.prompt,
+            resume_phase=Phase.TOOLS,
+            metadata={"tool": call.name, "schema": ask.schema},
+        ),
+        E.TOOL_INPUT_REQUESTED,
+    )
