@@ -1,4 +1,4 @@
-"""``make test-min``: unit, contract, end-to-end and cluster tests at the lowest versions.
+"""``make test-min``: the suites of make test (not browser, concurrency) at the floors.
 
 Builds ``.venv-min`` (once per pyproject.toml change) with every runtime dependency pinned
 to its floor (``floors.py``) and the test tools unpinned, then runs pytest from it.
@@ -18,7 +18,17 @@ ROOT = Path(__file__).resolve().parents[3]
 VENV = ROOT / ".venv-min"
 # standardwebhooks: the reference library the HTTP and webhook tests verify signatures with.
 TEST_TOOLS = ["pytest", "pytest-timeout", "hypothesis", "pyyaml", "httpx", "standardwebhooks"]
-SUITES = ["tests/unit", "tests/contract", "tests/e2e", "tests/cluster"]
+# What make test runs but the browser test (no playwright here), concurrency and chaos.
+SUITES = [
+    "tests/core",
+    "tests/stores",
+    "tests/fleet",
+    "tests/http",
+    "--ignore=tests/http/browser",
+    "tests/repo",
+    "tests/e2e",
+    "tests/cluster",
+]
 
 
 def build() -> Path:
