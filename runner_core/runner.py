@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from runner_core._engine import tracing
 from runner_core._engine.children import descendants
 from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.leases import HeldLease, LeaseKeeper
 from runner_core._engine.step import may_step, run_step
 from runner_core._engine.unloadable import UnloadableTurns
 from runner_core._engine.wakeups import Dispatcher, Waker
@@ -37,7 +38,6 @@ from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
 from runner_core.store import AgentTurnStore, SaveResult, waiting_child_ids
 from runner_core.turn import AgentStepResult, AgentTurn
-from runner_core.worker import HeldLease, LeaseKeeper
 
 log = logging.getLogger("runner_core.runner")
 

@@ -15,9 +15,9 @@ from runner_core.snapshot import AgentTurnSnapshot, Suspension, copy_suspension
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 
 if TYPE_CHECKING:
+    from runner_core._engine.leases import HeldLease
     from runner_core.agent import Agent
     from runner_core.events import AgentEvent
-    from runner_core.worker import HeldLease
 
 
 class AgentTurn:

@@ -6,13 +6,13 @@ import logging
 from typing import Any
 
 from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.leases import HeldLease
 from runner_core.agent import Agent
 from runner_core.errors import AgentNotFoundError
 from runner_core.events import EventBus
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
 from runner_core.turn import AgentTurn
-from runner_core.worker import HeldLease
 
 log = logging.getLogger("runner_core.runner")
 

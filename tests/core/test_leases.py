@@ -214,8 +214,8 @@ def test_the_keeper_stops_renewing_a_lease_it_can_no_longer_hold(
 ) -> None:
     # Given two held leases renewed every 20 ms: one whose turn disappears, one whose
     # store stays unreachable past the lease's end
+    from runner_core._engine.leases import HeldLease, LeaseKeeper
     from runner_core.snapshot import LeaseInfo
-    from runner_core.worker import HeldLease, LeaseKeeper
 
     calls: list[str] = []
 
