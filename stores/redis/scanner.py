@@ -301,8 +301,12 @@ class Scanner:
             pipe.hget(self.keys.header(tag, turn_id), "par")
         return [(t, i, text(p)) for (t, i), p in zip(found, pipe.execute(), strict=True)]
 
-    def expire(self, turns: Sequence[tuple[str, str, str]]) -> list[str]:
-        """Run expire.lua on each turn; the ids actually deleted (their index keys too)."""
+    def expire(self, turns: Sequence[tuple[str, str, str]]) -> tuple[list[str], set[str]]:
+        """Run expire.lua on each turn: the ids deleted (index keys too) and those refused.
+
+        A turn another run deleted first is neither: it left the indexes, so a later batch
+        must not step over a candidate on its account.
+        """
         k, expire = self.keys, self.scripts["expire"]
         calls = [
             (
@@ -322,12 +326,18 @@ class Scanner:
             for tag, turn_id, parent in turns
         ]
         done: list[str] = []
+        refused: set[str] = set()
         for batch in _chunks(calls):
             replies = self.scripts.pipelined(batch)
-            done.extend(c[2][0] for c, r in zip(batch, replies, strict=True) if code_of(r) == "OK")
+            for call, reply in zip(batch, replies, strict=True):
+                code = code_of(reply)
+                if code == "OK":
+                    done.append(call[2][0])
+                elif code != "NOT_FOUND":
+                    refused.add(call[2][0])
         for batch in _chunks(done, 500):
             self.redis.delete(*(k.turn_index(turn_id) for turn_id in batch))
-        return done
+        return done, refused
 
     def prune(self, grace_seconds: float) -> int:
         """Drop tags with nothing left from the partition sets (not touched for a grace).

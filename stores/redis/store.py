@@ -387,11 +387,10 @@ class RedisAgentTurnStore:
         with self.guard:
             cutoff = self.now() - older
             candidates = self.scanner.expirable(cutoff, limit, skip)
-            done = self.scanner.expire(candidates)
-        deleted = set(done)
+            done, refused = self.scanner.expire(candidates)
         if skip is not None:
             for tag, turn_id, _ in candidates:
-                if turn_id not in deleted:
+                if turn_id in refused:
                     skip[tag] = skip.get(tag, 0) + 1
         for turn_id in done:
             self.cache.forget(turn_id)

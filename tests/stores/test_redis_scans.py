@@ -136,3 +136,27 @@ def test_retention_keeps_recent_turns_and_a_parent_with_a_live_child(
     assert redis_store.expire_terminal(older_than_seconds=0) == 0  # kid is live
     assert redis_store.expire_terminal() == 0  # default retention: a week
     assert redis_store.children_of(root.id) == [kid.id]
+
+
+def test_a_candidate_another_run_deleted_first_is_not_counted_as_refused(
+    redis_store: RedisAgentTurnStore,
+) -> None:
+    # Given one tree's ended turns, read as candidates by one housekeeping run
+    root = snap(status=S.COMPLETED)
+    save(redis_store, root, -1)
+    children = [child_of(root, status=S.COMPLETED) for _ in range(6)]
+    save_tree(redis_store, root, 0, children)
+    cutoff = redis_store.now() + 1
+    candidates = redis_store.scanner.expirable(cutoff, limit=4)
+    assert len(candidates) == 4
+    # When another run deletes them before the first one gets to them
+    other = RedisAgentTurnStore(redis_store.url, namespace=redis_store.keys.namespace)
+    assert other.expire_terminal(older_than_seconds=-1, limit=4) == 4
+    done, refused = redis_store.scanner.expire(candidates)
+    # Then they are neither deleted nor refused by the first run: a later batch of it
+    # must not step over the tree's next candidates on their account
+    assert done == [] and refused == set()
+    skip: dict[str, int] = {}
+    assert redis_store.expire_terminal(older_than_seconds=-1, limit=10, skip=skip) == 3
+    assert skip == {}
+    other.close()
