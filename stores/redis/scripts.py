@@ -136,16 +136,23 @@ class Scripts:
         """Plain commands, script calls, plain commands, in one round trip; every reply.
 
         On NOSCRIPT (an empty script cache after a restart) the scripts are loaded and the
-        script calls are sent again with what follows them: the commands before ran once.
+        calls turned away are sent again with what follows them. The commands before and
+        the calls that ran keep their one run and its reply: another client may have
+        loaded a script halfway through the pipeline, and a script run twice answers
+        differently the second time (a deleted turn is NOT_FOUND, a removed entry 0).
         """
         if self.cluster:
             return self._one_slot_at_a_time(calls, before, after)
         replies = self._send(calls, before, after)
         scripted = replies[len(before) : len(before) + len(calls)]
-        if any(isinstance(r, NoScriptError) for r in scripted):
-            for script, _, _ in calls:
+        missing = [i for i, r in enumerate(scripted) if isinstance(r, NoScriptError)]
+        if missing:
+            for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
                 script.sha = self.redis.script_load(script.script)
-            replies = replies[: len(before)] + self._send(calls, (), after)
+            again = self._send([calls[i] for i in missing], (), after)
+            for i, reply in zip(missing, again, strict=False):
+                scripted[i] = reply
+            replies = [*replies[: len(before)], *scripted, *again[len(missing) :]]
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply

@@ -273,6 +273,27 @@ def test_scripts_are_reloaded_after_a_script_flush(redis_store: RedisAgentTurnSt
     assert len(redis_store.claim_runnable("w", redis_store.now(), 1000, 10)) == 2
 
 
+def test_a_script_call_that_ran_before_a_noscript_keeps_its_one_run(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    # Given an empty script cache with one script loaded again (another client loading
+    # it while this pipeline was on its way, in a housekeeping race)
+    s = RedisAgentTurnStore(redis_server.url, namespace=namespace)
+    key, due = f"{namespace}:probe", f"{namespace}:probe-due"
+    s.redis.zadd(key, {"tag": 5.0})
+    s.redis.zadd(due, {"tag": 7.0})
+    s.redis.script_flush()
+    s.redis.script_load(s.scripts["zrem_if"].script)
+    # When one pipeline runs the loaded script and one the server no longer knows
+    ran, turned_away = s.scripts["zrem_if"], s.scripts["zcas"]
+    calls = [(ran, [key], ["tag", "5.0"]), (turned_away, [due], ["tag", "7", "9"])]
+    replies = s.scripts.pipelined(calls)
+    # Then the call that ran is not run again: its reply is its one run's (1 removed, not 0)
+    assert [int(r) for r in replies] == [1, 1]
+    assert s.redis.zscore(due, "tag") == 9.0
+    s.close()
+
+
 def test_a_save_sends_only_the_new_messages(redis_server: RedisServer, namespace: str) -> None:
     redis_server.client().flushdb()
     store, recorded = recording_store(redis_server.url, namespace)
