@@ -67,12 +67,15 @@ def loader() -> InMemoryAgentLoader:
 WHEEL_MUST_HOLD = (
     "agentworker/http/__init__.py",
     "agentworker/http/api.py",
-    "agentworker/http/static/console.js",
+    "agentworker/http/root.py",
+    "agentworker/http/console/static/console.js",
+    "agentworker/fleet/app.py",
     "agentworker/py.typed",
     "runner_core/py.typed",
     "runner_core/models/openai.py",
     "stores/py.typed",
     "stores/redis/keys.py",
+    "stores/redis/lua/commit.lua",
 )
 
 
