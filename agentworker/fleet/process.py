@@ -72,9 +72,11 @@ class FleetProcess:
         """Connect the app's worker and beat signals: the start checks first, then telemetry.
 
         Weakly: the app holds this object, so an app nobody holds any more (a test's) takes
-        its handlers with it.
+        its handlers with it. The dispatch uid names this object: Celery 5.4 keys a bound
+        method by its function alone, so a second app's handler would not be connected.
         """
-        signals.worker_init.connect(self.check_worker, weak=True)
+        uid = f"agentworker.check_worker.{id(self)}"
+        signals.worker_init.connect(self.check_worker, weak=True, dispatch_uid=uid)
         self.observability.connect()
 
     def runner(self) -> AgentRunner:

@@ -46,9 +46,13 @@ class Observability:
         self.store = store
 
     def connect(self) -> None:
-        """Connect the handlers; weakly, so they live as long as their holder (the app's)."""
-        signals.worker_init.connect(self._worker_init, weak=True)
-        signals.beat_init.connect(self._beat_init, weak=True)
+        """Connect the handlers; weakly, so they live as long as their holder (the app's).
+
+        Each under a uid of this object's (Celery 5.4 keys a bound method by its function).
+        """
+        uid = f"agentworker.observability.{id(self)}"
+        signals.worker_init.connect(self._worker_init, weak=True, dispatch_uid=uid)
+        signals.beat_init.connect(self._beat_init, weak=True, dispatch_uid=uid)
         connect_process_handlers()
 
     def _worker_init(self, sender: Any = None, **_: Any) -> None:
