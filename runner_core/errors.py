@@ -87,6 +87,15 @@ class InvalidResumeError(AgentWorkerError, ValueError):
         self.turn_id = turn_id
 
 
+class IllegalTransitionError(AgentWorkerError, RuntimeError):
+    """Raised when a status change is not an arrow of ``status.TRANSITIONS`` (a bug)."""
+
+    def __init__(self, turn_id: str, old: Any, new: Any) -> None:
+        was, now = getattr(old, "value", old), getattr(new, "value", new)
+        super().__init__(f"turn {turn_id}: no transition {was} -> {now}")
+        self.turn_id, self.old, self.new = turn_id, old, new
+
+
 class AgentConversationBusyException(AgentWorkerError):
     """Raised when a conversation already has a non-terminal turn."""
 

@@ -7,6 +7,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Protocol
 
+from runner_core.errors import IllegalTransitionError
+
 
 class AgentTurnStatus(str, Enum):
     """Where a turn stands: can it continue, and if not, why."""
@@ -86,21 +88,16 @@ TRANSITIONS: Mapping[AgentTurnStatus, frozenset[AgentTurnStatus]] = MappingProxy
 )
 
 
-class IllegalTransitionError(RuntimeError):
-    """Raised when code changes a turn's status along an arrow ``TRANSITIONS`` lacks (a bug)."""
-
-    def __init__(self, turn_id: str, old: AgentTurnStatus, new: AgentTurnStatus) -> None:
-        super().__init__(f"turn {turn_id}: no transition {old.value} -> {new.value}")
-        self.turn_id, self.old, self.new = turn_id, old, new
-
-
 class _HasStatus(Protocol):
     id: str
     status: AgentTurnStatus
 
 
 def move(turn: _HasStatus, new: AgentTurnStatus) -> None:
-    """Set ``turn.status`` to ``new``, the one way any status changes; checked first."""
+    """Set ``turn.status`` to ``new``, the one way any status changes.
+
+    Raises ``IllegalTransitionError`` (and changes nothing) for an arrow not in the table.
+    """
     if new not in TRANSITIONS[turn.status]:
         raise IllegalTransitionError(turn.id, turn.status, new)
     turn.status = new

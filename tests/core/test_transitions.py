@@ -18,7 +18,8 @@ from runner_core import (
     RetryPolicy,
     tool,
 )
-from runner_core.status import TRANSITIONS, IllegalTransitionError, move
+from runner_core.errors import IllegalTransitionError
+from runner_core.status import TRANSITIONS, move
 from runner_core.status import AgentTurnStatus as S
 from tests.support.scripts import Script, agent, ask, call
 from tests.support.stores import snap

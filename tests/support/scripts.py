@@ -11,9 +11,7 @@ from runner_core import (
     AiMessage,
     InMemoryAgentTurnStore,
     Middleware,
-    ToolCall,
     ToolMessage,
-    Usage,
 )
 from runner_core.testing import EventLog, ScriptedModel, asks, tool_call
 
@@ -39,14 +37,8 @@ class Script(ScriptedModel):
         return self
 
 
-def call(name: str, call_id: str = "c1", **arguments: Any) -> ToolCall:
-    """A tool call as a model would request it."""
-    return tool_call(name, call_id, **arguments)
-
-
-def ask(*calls: ToolCall, text: str | None = None, usage: Usage | None = None) -> Any:
-    """A model reply that requests ``calls``."""
-    return asks(*calls, text=text, usage=usage)
+#: The suites' short names for ``runner_core.testing``'s helpers.
+call, ask = tool_call, asks
 
 
 def tool_messages(messages: Iterable[Any]) -> list[ToolMessage]:
