@@ -12,6 +12,7 @@ from runner_core.errors import (
     ConfigurationError,
     HistoryRewrittenError,
     IllegalTransitionError,
+    InvalidArgumentError,
     InvalidResumeError,
     LeaseLostError,
     PayloadTooLargeError,
@@ -76,7 +77,7 @@ from runner_core.snapshot import (
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 from runner_core.store import AgentTurnStore, CancelResult, Commit, SaveResult, TurnControl
 from runner_core.store.memory import InMemoryAgentTurnStore
-from runner_core.tools import ApprovalDecision, Tool, ToolError, tool
+from runner_core.tools import ApprovalDecision, Tool, ToolError, ToolTimeoutError, tool
 from runner_core.turn import AgentStepResult, AgentTurn, TaskProgress
 from runner_core.worker import AgentWorker
 
@@ -136,6 +137,7 @@ __all__ = [
     "InMemoryAgentLoader",
     "InMemoryAgentTurnStore",
     "InMemoryChatMemory",
+    "InvalidArgumentError",
     "InvalidResumeError",
     "LeaseInfo",
     "LeaseLostError",
@@ -164,6 +166,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "ToolError",
+    "ToolTimeoutError",
     "ToolErrorStrategy",
     "ToolMessage",
     "ToolSpec",

@@ -79,6 +79,14 @@ class TurnLeasedError(LeaseLostError):
         self.retry_after = max(0.0, retry_after)
 
 
+class InvalidArgumentError(AgentWorkerError, ValueError):
+    """A public call got an argument it cannot take; ``field`` names it when known."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class InvalidResumeError(AgentWorkerError, ValueError):
     """Raised when a resume command does not fit the turn's state; nothing is changed."""
 

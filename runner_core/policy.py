@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tenacity import wait_exponential, wait_random
@@ -88,6 +88,13 @@ class AgentExecutionPolicy(_Value):
     interrupted_tool_message_template: str = "Tool call was not completed: {reason}"
     interrupted_turn_message_template: str = "The previous turn ended before completion: {reason}"
     cancellation_reason: str = "turn cancelled by caller"
+    #: How many calls of one model response run at once (1: one after another; 0: all).
+    max_tool_concurrency: int = Field(default=1, ge=0)
+    #: Seconds a tool call may run unless its tool says otherwise (``None``: unbounded).
+    tool_timeout_seconds: float | None = Field(default=None, gt=0)
+    #: What a call past its timeout does: ``"error"`` tells the model, ``"retry"`` schedules
+    #: a retry, ``"fail"`` fails the turn (a tool's own ``timeout_behavior`` wins).
+    tool_timeout_behavior: Literal["error", "retry", "fail"] = "error"
 
 
 class AgentTurnOptions(_Value):

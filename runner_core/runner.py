@@ -55,7 +55,13 @@ class AgentRunner:
         policy: AgentExecutionPolicy | None = None,
         middleware: Sequence[Middleware] = (),
         dispatcher: Dispatcher | None = None,
+        step_time_limit: float | None = None,
     ) -> None:
+        """Build a runner; every argument has an embedded default.
+
+        ``step_time_limit``: seconds one step may take; model and tool calls that would run
+        past it are cut off (a worker sets it; ``None``: steps are unbounded).
+        """
         from runner_core.store.memory import InMemoryAgentTurnStore
 
         self.store: AgentTurnStore = (
@@ -77,6 +83,7 @@ class AgentRunner:
             after_save=self._project,
             on_terminal=self._child_ended,
             wakes=lambda: self.dispatcher is not None,
+            step_time_limit=step_time_limit,
         )
         self._keeper = LeaseKeeper()
         self._inline: set[str] = set()

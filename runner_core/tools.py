@@ -6,11 +6,11 @@ import inspect
 import json
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from runner_core.errors import AgentWorkerError
+from runner_core.errors import AgentWorkerError, InvalidArgumentError
 from runner_core.messages import ToolCall
 from runner_core.models.base import ToolSpec
 
@@ -31,6 +31,12 @@ class ApprovalDecision(str, Enum):
 
 ApprovalPolicy = Callable[["AgentTurn", ToolCall], ApprovalDecision]
 
+#: What a tool call that runs past its timeout does: ``"error"`` sends the model an error
+#: ToolMessage saying so (the turn goes on), ``"retry"`` schedules a retry of the call
+#: (RETRY_SCHEDULED, by the retry policy), ``"fail"`` fails the turn.
+TimeoutBehavior = Literal["error", "retry", "fail"]
+TIMEOUT_BEHAVIORS: tuple[TimeoutBehavior, ...] = ("error", "retry", "fail")
+
 
 class ToolError(AgentWorkerError):
     """Raised by a tool to send an error message back to the model (the turn goes on)."""
@@ -38,6 +44,16 @@ class ToolError(AgentWorkerError):
 
 class InvalidToolArguments(AgentWorkerError):
     """Raised when a call's arguments do not fit the tool's schema."""
+
+
+class ToolTimeoutError(AgentWorkerError, TimeoutError):
+    """A tool call ran past its timeout (raised for ``timeout_behavior`` retry or fail)."""
+
+    def __init__(self, tool: str, seconds: float, *, retryable: bool) -> None:
+        super().__init__(f"tool {tool!r} timed out after {seconds:g} s")
+        self.tool = tool
+        self.seconds = seconds
+        self.retryable = retryable
 
 
 class Tool:
@@ -50,9 +66,30 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         requires_approval: bool | ApprovalPolicy = False,
+        timeout: float | None = None,
+        timeout_behavior: TimeoutBehavior | None = None,
+        sequential: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise InvalidArgumentError(
+                f"tool {self.name!r}: timeout must be a positive number of seconds, "
+                f"not {timeout!r}",
+                field="timeout",
+            )
+        if timeout_behavior is not None and timeout_behavior not in TIMEOUT_BEHAVIORS:
+            raise InvalidArgumentError(
+                f"tool {self.name!r}: timeout_behavior must be one of "
+                f"{', '.join(TIMEOUT_BEHAVIORS)}, not {timeout_behavior!r}",
+                field="timeout_behavior",
+            )
+        #: Seconds a call may run (``None``: the policy's ``tool_timeout_seconds``).
+        self.timeout = None if timeout is None else float(timeout)
+        #: What a timed-out call does (``None``: the policy's ``tool_timeout_behavior``).
+        self.timeout_behavior: TimeoutBehavior | None = timeout_behavior
+        #: A barrier: the call runs alone, after the calls before it and before those after.
+        self.sequential = bool(sequential)
         self.description = description or inspect.getdoc(fn) or ""
         self._approval = requires_approval
         self._args_model = _arguments_model(fn, self.name)
@@ -111,6 +148,9 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     requires_approval: bool | ApprovalPolicy = False,
+    timeout: float | None = None,
+    timeout_behavior: TimeoutBehavior | None = None,
+    sequential: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -121,11 +161,27 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     requires_approval: bool | ApprovalPolicy = False,
+    timeout: float | None = None,
+    timeout_behavior: TimeoutBehavior | None = None,
+    sequential: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a function a tool: schema from type hints, description from the docstring."""
+    """Make a function a tool: schema from type hints, description from the docstring.
+
+    ``timeout`` bounds one call in seconds and ``timeout_behavior`` says what a call past
+    it does (both default to the execution policy's); ``sequential=True`` makes the tool a
+    barrier among the concurrent calls of one model response.
+    """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, requires_approval=requires_approval)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            requires_approval=requires_approval,
+            timeout=timeout,
+            timeout_behavior=timeout_behavior,
+            sequential=sequential,
+        )
 
     return wrap(fn) if fn is not None else wrap
 

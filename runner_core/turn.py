@@ -37,6 +37,8 @@ class AgentTurn:
         self.attempt_id: str | None = None
         #: Whether this object's steps are traced (``_engine.tracing``; None: not asked).
         self.trace: str | None = None
+        #: ``time.monotonic()`` by which the running step must be done (None: no limit).
+        self.step_deadline: float | None = None
         self._call_ids: tuple[AgentTurnSnapshot, set[str]] | None = None
 
     def used_call_ids(self) -> set[str]:

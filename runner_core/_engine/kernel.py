@@ -17,7 +17,12 @@ from typing import Any, TypeVar
 
 from runner_core._engine import tracing
 from runner_core.agent import AgentLoader
-from runner_core.errors import ConcurrentModificationError, LeaseLostError, StoreUnavailableError
+from runner_core.errors import (
+    ConcurrentModificationError,
+    InvalidArgumentError,
+    LeaseLostError,
+    StoreUnavailableError,
+)
 from runner_core.events import (
     PROVISIONAL,
     TERMINAL_EVENT,
@@ -59,8 +64,16 @@ class TurnKernel:
         after_save: AfterSave | None = None,
         on_terminal: OnTerminal | None = None,
         wakes: Callable[[], bool] = lambda: False,
+        step_time_limit: float | None = None,
     ) -> None:
+        if step_time_limit is not None and not step_time_limit > 0:
+            raise InvalidArgumentError(
+                f"step_time_limit must be a positive number of seconds, not {step_time_limit!r}",
+                field="step_time_limit",
+            )
         self.store = store
+        #: Seconds one step may take (its model and tool calls are cut off at the deadline).
+        self.step_time_limit = step_time_limit
         #: Whether a wake-up follows a commit that leaves a turn runnable (a dispatcher).
         self.wakes = wakes
         self.loader = loader

@@ -7,6 +7,7 @@ TOOLS). Each phase returns an ``Outcome``; ``_apply`` turns it into saved state 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -39,6 +40,7 @@ from runner_core.tools import (
     ApprovalDecision,
     InvalidToolArguments,
     Tool,
+    ToolTimeoutError,
     error_content,
 )
 from runner_core.turn import AgentStepResult, AgentTurn
@@ -109,6 +111,8 @@ class _Step:
         self.policy = kernel.policy(turn)
         self.result = AgentStepResult()
         self.guarded = False
+        limit = kernel.step_time_limit
+        turn.step_deadline = None if limit is None else time.monotonic() + limit
 
     # -- entry --------------------------------------------------------------------------
     def run(self) -> AgentStepResult:
@@ -321,7 +325,11 @@ class _Step:
         return self._answer(call, message)
 
     def _tool_failed(self, call: ToolCall, exc: Exception) -> Outcome | None:
-        """A tool raised: its error goes back to the model, or fails the step, by policy."""
+        """A tool raised: its error goes back to the model, or fails the step, by policy.
+
+        A ``ToolTimeoutError`` reaches here only for ``timeout_behavior`` retry or fail
+        (the default behaviour answers the model inside the call): it never goes back.
+        """
         self.k.emit(
             self.turn,
             E.TOOL_FAILED,
@@ -329,7 +337,8 @@ class _Step:
             tool=call.name,
             error=ErrorInfo.of(exc).model_dump(),
         )
-        if self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL":
+        to_model = self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL"
+        if to_model and not isinstance(exc, ToolTimeoutError):
             content = error_content("tool_error", str(exc), exception=type(exc).__name__)
             return self._answer(
                 call, ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
