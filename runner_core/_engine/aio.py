@@ -156,3 +156,34 @@ def on_loop_thread() -> bool:
 def call_in(context: contextvars.Context, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` inside ``context`` (for work handed to another thread)."""
     return context.run(fn, *args)
+
+
+class _Counter:
+    """A process-wide count that threads add to (reset in a forked child)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self._value += n
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+
+ABANDONED_THREADS = _Counter()
+"""Threads of sync tool calls left running past their timeout, in this process."""
+
+os.register_at_fork(after_in_child=ABANDONED_THREADS._forget)
+
+
+def abandoned_threads() -> int:
+    """How many sync tool calls this process abandoned on a timeout (their threads live on)."""
+    return ABANDONED_THREADS.value
