@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from runner_core.errors import AgentNotFoundError, InvalidArgumentError
 from runner_core.messages import SystemMessage
 from runner_core.middleware import Middleware
-from runner_core.models.base import ChatModel
+from runner_core.models.base import AnyChatModel, AsyncChatModel, ChatModel
 from runner_core.planning import AgentPlanningPolicy, plan_tool_specs
 from runner_core.tools import Tool, as_tool
 
@@ -20,7 +20,7 @@ class Agent:
     def __init__(
         self,
         id: str,
-        model: ChatModel,
+        model: AnyChatModel,
         instructions: str = "",
         version: str = "1",
         tools: Sequence[Tool | Callable[..., Any]] = (),
@@ -38,14 +38,7 @@ class Agent:
         ``deps``: a zero-argument callable (sync or async) building what its tools share
         (``AgentToolContext.deps``), once per process, never persisted (``runner_core.deps``).
         """
-        if not id:
-            raise ValueError("agent id must not be empty")
-        if max_iterations < 1:
-            raise ValueError(f"agent {id!r}: max_iterations must be >= 1")
-        if deps is not None and not callable(deps):
-            raise InvalidArgumentError(
-                f"agent {id!r}: deps must be a zero-argument callable, not {deps!r}", field="deps"
-            )
+        _check(id, model, max_iterations, deps)
         self.id = id
         self.model = model
         self.instructions = instructions
@@ -67,6 +60,23 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r}, version={self.version!r})"
+
+
+def _check(id: str, model: object, max_iterations: int, deps: object) -> None:
+    """Refuse what no turn could run with, naming the agent."""
+    if not id:
+        raise ValueError("agent id must not be empty")
+    if max_iterations < 1:
+        raise ValueError(f"agent {id!r}: max_iterations must be >= 1")
+    if not isinstance(model, ChatModel | AsyncChatModel):
+        raise InvalidArgumentError(
+            f"agent {id!r}: the model needs generate() or agenerate(), not {model!r}",
+            field="model",
+        )
+    if deps is not None and not callable(deps):
+        raise InvalidArgumentError(
+            f"agent {id!r}: deps must be a zero-argument callable, not {deps!r}", field="deps"
+        )
 
 
 def _by_name(agent_id: str, tools: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:

@@ -26,7 +26,9 @@ import concurrent.futures
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from queue import Empty, SimpleQueue
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -322,6 +324,50 @@ def submit(
 ) -> concurrent.futures.Future[T]:
     """Schedule ``coro`` on the process loop without waiting (see ``ProcessLoop.submit``)."""
     return PROCESS_LOOP.submit(coro, context=context)
+
+
+def iterate(
+    items: AsyncIterator[T],
+    *,
+    deadline: float | None = None,
+    context: contextvars.Context | None = None,
+) -> Generator[T, None, None]:
+    """The items of an async iterator, as they come, on the calling thread.
+
+    One task on the process loop drains ``items`` into a queue this thread reads, so an
+    async generator runs in one task from start to end (cancel scopes stay in their
+    task). ``deadline`` is a ``time.monotonic()`` value: past it ``DeadlineExceeded`` is
+    raised and the task cancelled, as it is when the caller stops early.
+    """
+    queue: SimpleQueue[tuple[int, Any]] = SimpleQueue()
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                queue.put((_ITEM, item))
+        except Exception as exc:
+            queue.put((_FAILED, exc))
+        else:
+            queue.put((_END, None))
+
+    future = submit(pump(), context=context)
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                kind, value = queue.get(timeout=left)
+            except Empty:
+                raise DeadlineExceeded("the deadline passed before the next item") from None
+            if kind == _END:
+                return
+            if kind == _FAILED:
+                raise value
+            yield value
+    finally:
+        future.cancel()
+
+
+_ITEM, _FAILED, _END = 0, 1, 2
 
 
 def on_loop_thread() -> bool:

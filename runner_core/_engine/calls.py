@@ -13,6 +13,7 @@ import contextvars
 import inspect
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,14 +25,19 @@ from runner_core.errors import AgentWorkerError
 from runner_core.events import AgentEventType as E
 from runner_core.messages import AiMessage, ToolCall, ToolMessage
 from runner_core.models.base import (
+    AsyncChatModel,
+    AsyncStreamingChatModel,
+    ChatModel,
     ModelError,
     ModelRequest,
     ModelResponse,
+    ModelStreamEvent,
     ReasoningDelta,
     StreamDone,
     StreamingChatModel,
     TextDelta,
     ToolCallDelta,
+    prefers_async,
 )
 from runner_core.tools import (
     AwaitableResultError,
@@ -53,11 +59,45 @@ def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelRe
 
 
 def _ask(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
-    """Ask the turn's model once; a streaming turn emits every delta as an event."""
+    """Ask the turn's model once; a streaming turn emits every delta as an event.
+
+    The sync form is used when the model has one (unless it ``prefers_async``); an async
+    one runs on the process loop, bounded by the step's deadline.
+    """
     model = turn.agent.model
+    if prefers_async(model) or not isinstance(model, ChatModel):
+        return _ask_async(k, turn, model, request)
     if not (turn.state.streaming and isinstance(model, StreamingChatModel)):
         return model.generate(request)
-    for event in model.stream(request):
+    return _streamed(k, turn, model.stream(request))
+
+
+def _ask_async(
+    k: TurnKernel, turn: AgentTurn, model: object, request: ModelRequest
+) -> ModelResponse:
+    deadline = turn.step_deadline
+    try:
+        if turn.state.streaming and isinstance(model, AsyncStreamingChatModel):
+            events = aio.iterate(model.astream(request), deadline=deadline)
+            try:
+                return _streamed(k, turn, events)
+            finally:
+                events.close()  # stops the loop's task if the stream had more
+        if not isinstance(model, AsyncChatModel):
+            raise ModelError(f"{model!r} has neither generate nor agenerate")
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise aio.DeadlineExceeded
+        response: ModelResponse = aio.run(_awaited(model.agenerate(request)), timeout=timeout)
+        return response
+    except aio.DeadlineExceeded:
+        raise ModelError(
+            "the model call was cut off: the step time limit was reached", retryable=True
+        ) from None
+
+
+def _streamed(k: TurnKernel, turn: AgentTurn, events: Iterable[ModelStreamEvent]) -> ModelResponse:
+    for event in events:
         if isinstance(event, StreamDone):
             return event.response
         _emit_delta(k, turn, event)
