@@ -183,7 +183,8 @@ class ProcessLoop:
         def serve() -> None:
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
-            loop.run_forever()
+            while True:  # a stray loop.stop() must not leave the process without its loop
+                loop.run_forever()
 
         thread = threading.Thread(target=serve, name="agentworker-loop", daemon=True)
         self._thread = thread

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import warnings
 from typing import Any
 
@@ -141,3 +142,39 @@ def test_an_async_tool_raising_goes_the_way_of_any_tool_error(runner: AgentRunne
 
     assert turn.status is AgentTurnStatus.FAILED
     assert turn.terminal_reason == "ValueError: disk on fire"
+
+
+def test_many_threads_running_async_tools_at_once_do_not_deadlock(
+    make_runner: Any,
+) -> None:
+    # Given async tools, some cut by a timeout, run by turns on eight threads at once
+    @tool
+    async def quick(n: int) -> int:
+        """Echo after a pause."""
+        await asyncio.sleep(0.002)
+        return n
+
+    @tool(timeout=0.05)
+    async def cut(n: int) -> int:
+        """Never in time."""
+        await asyncio.sleep(5)
+        return n
+
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        calls = [call("quick", f"q{j}", n=j) for j in range(5)] + [call("cut", "x", n=0)]
+        script = Script(*[ask(c) for c in calls], "done")
+        turn = make_runner().run(agent(script, quick, cut), f"job {i}")
+        results[i] = (turn.status, [m.is_error for m in tool_messages(turn.messages)])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    # Then every turn completed with its results, and no thread is stuck
+    assert not any(t.is_alive() for t in threads)
+    expected = (AgentTurnStatus.COMPLETED, [False] * 5 + [True])
+    assert results == dict.fromkeys(range(8), expected)
