@@ -148,8 +148,11 @@ class ProcessLoop:
         """Stop driving; a loop with anything left on it moves to its own thread."""
         loop = self._loop
         assert loop is not None
-        if not _idle(loop):
-            _flush(loop)
+        with self._lock:
+            if _idle(loop):
+                self._driver = None
+                return
+        _flush(loop)  # still the driver: whoever schedules now is seen by the check below
         with self._lock:
             if self._pid == os.getpid() and not _idle(loop):
                 self._start_thread()

@@ -211,11 +211,15 @@ def _call(tool: Tool, kwargs: dict[str, Any], limit: _Limit | None) -> Any:
         value = tool.fn(**kwargs)  # no limit: on this thread, as plain as a function call
     else:
         value = _in_thread(tool, kwargs, limit.seconds)
-    if inspect.isawaitable(value):
+    if type(value) not in _PLAIN and inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()  # never awaited, and never rendered either
         raise AwaitableResultError(tool.name, value)
     return value
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+"""Result types that are never awaitable (``inspect.isawaitable`` is the slow check)."""
 
 
 def _await_tool(tool: Tool, kwargs: dict[str, Any], limit: _Limit | None) -> Any:
