@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import warnings
 from typing import Any
@@ -111,10 +112,13 @@ def test_a_sync_tool_returning_a_coroutine_fails_the_turn_naming_it(
     async def later() -> str:
         return "never rendered"
 
+    made: list[Any] = []
+
     @tool
     def fetch(url: str) -> Any:
         """Fetch, wrongly."""
-        return later()
+        made.append(later())
+        return made[-1]
 
     script = Script(ask(call("fetch", url="x")), "built on garbage")
     runner = make_runner(AgentExecutionPolicy(tool_error_strategy=strategy))
@@ -128,6 +132,7 @@ def test_a_sync_tool_returning_a_coroutine_fails_the_turn_naming_it(
     assert turn.error.tool == "fetch"
     assert "'fetch'" in (turn.terminal_reason or "")
     assert script.calls == 1  # the model never saw it
+    assert inspect.getcoroutinestate(made[0]) == inspect.CORO_CLOSED  # so never "not awaited"
     assert all("<coroutine object" not in m.content for m in tool_messages(turn.messages))
 
 
