@@ -212,3 +212,15 @@ def test_something_that_is_no_model_is_refused() -> None:
         Agent("x", object())  # type: ignore[arg-type]
 
     assert info.value.field == "model"
+
+
+def test_a_scripted_reply_may_be_an_async_function(runner: AgentRunner) -> None:
+    from runner_core.testing import ScriptedModel
+
+    async def later(request: ModelRequest) -> str:
+        await asyncio.sleep(0)
+        return f"{len(request.messages)} messages"
+
+    turn = runner.run(Agent("scripted", ScriptedModel(later)), "hi")
+
+    assert turn.final_output == "1 messages"
