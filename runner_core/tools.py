@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from runner_core._engine import aio
 from runner_core.context import AgentToolContext
 from runner_core.errors import AgentWorkerError, InvalidArgumentError
 from runner_core.messages import ToolCall
@@ -138,7 +139,7 @@ class Tool:
         self.description = description or inspect.getdoc(fn) or ""
         self._approval = requires_approval
         #: Whether ``fn`` is a coroutine function (it runs on the process event loop).
-        self.is_async = _is_async(fn)
+        self.is_async = aio.is_async_callable(fn)
         #: The parameter that receives the ``AgentToolContext`` (None: the tool has none).
         self.context_param: str | None
         self._args_model, self.context_param = _arguments_model(fn, self.name)
@@ -221,14 +222,6 @@ def _is_context(annotation: Any) -> bool:
         args = set(typing.get_args(annotation)) - {type(None)}
         return args == {AgentToolContext}
     return False
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    """A coroutine function, or an object whose ``__call__`` is one."""
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself is what we inspect
-    return call is not None and inspect.iscoroutinefunction(call)
 
 
 @overload

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import inspect
 import os
 import threading
 import time
@@ -377,6 +378,22 @@ _ITEM, _FAILED, _END = 0, 1, 2
 def on_loop_thread() -> bool:
     """True when called from the thread running the process loop."""
     return PROCESS_LOOP.on_loop_thread()
+
+
+def is_async_callable(fn: object) -> bool:
+    """A coroutine function (or partial of one), or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself is what we inspect
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def is_async_generator_callable(fn: object) -> bool:
+    """An async generator function, or an object whose ``__call__`` is one."""
+    if inspect.isasyncgenfunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself is what we inspect
+    return call is not None and inspect.isasyncgenfunction(call)
 
 
 def call_in(context: contextvars.Context, fn: Callable[..., T], *args: Any) -> T:

@@ -47,9 +47,7 @@ class FunctionModel:
         self._fn = fn
         self._stream_fn = stream_fn
         #: True when ``fn`` or ``stream_fn`` is async: the runner uses ``agenerate``/``astream``.
-        self.prefers_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(
-            stream_fn
-        )
+        self.prefers_async = aio.is_async_callable(fn) or aio.is_async_generator_callable(stream_fn)
 
     def generate(self, request: ModelRequest) -> ModelResponse:
         """Call ``fn`` (or drain the stream) and normalise the result."""

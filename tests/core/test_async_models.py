@@ -224,3 +224,16 @@ def test_a_scripted_reply_may_be_an_async_function(runner: AgentRunner) -> None:
     turn = runner.run(Agent("scripted", ScriptedModel(later)), "hi")
 
     assert turn.final_output == "1 messages"
+
+
+def test_an_object_with_an_async_call_is_an_async_function_model(runner: AgentRunner) -> None:
+    class Replier:
+        async def __call__(self, request: ModelRequest) -> str:
+            await asyncio.sleep(0)
+            return "from an object"
+
+    model = FunctionModel(Replier())
+
+    turn = runner.run(Agent("obj", model), "hi")
+
+    assert model.prefers_async and turn.final_output == "from an object"
