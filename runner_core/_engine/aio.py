@@ -171,8 +171,7 @@ class ProcessLoop:
             if done.cancelled():  # given up before it started (the future stays PENDING
                 coro.close()  # while it runs, so ``cancel()`` always reaches the task)
                 return
-            task = loop.create_task(coro, context=ctx)
-            task.add_done_callback(lambda t: _settle(t, done))
+            task = loop.create_task(_settling(coro, done), context=ctx)
             done.add_done_callback(lambda f: _cancel_task(loop, task, f))
 
         loop.call_soon_threadsafe(start)
@@ -280,25 +279,37 @@ def _loop_running_here() -> bool:
 
 def _wait(future: concurrent.futures.Future[T], timeout: float | None) -> T:
     try:
-        done, _ = concurrent.futures.wait((future,), timeout)
-        if not done:
+        return future.result(timeout)
+    except TimeoutError:
+        if not future.done():
             future.cancel()
-            raise DeadlineExceeded(f"timed out after {timeout:g} s")
-        return future.result()
+            raise DeadlineExceeded(f"timed out after {timeout:g} s") from None
+        return future.result()  # it ended meanwhile, or the TimeoutError was its own
     except BaseException:
         future.cancel()
         raise
 
 
-def _settle(task: asyncio.Task[T], done: concurrent.futures.Future[T]) -> None:
-    if done.done():  # cancelled by the waiter
-        return
-    if task.cancelled():
+async def _settling(coro: Coroutine[Any, Any, T], done: concurrent.futures.Future[T]) -> None:
+    """Await ``coro`` and hand its outcome to ``done`` (in the same loop iteration)."""
+    try:
+        result = await coro
+    except asyncio.CancelledError:
         done.cancel()
-    elif (exc := task.exception()) is not None:
-        done.set_exception(exc)
+        raise
+    except BaseException as exc:
+        _hand(done.set_exception, exc)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
     else:
-        done.set_result(task.result())
+        _hand(done.set_result, result)
+
+
+def _hand(setter: Callable[[Any], None], value: Any) -> None:
+    try:
+        setter(value)
+    except concurrent.futures.InvalidStateError:
+        pass  # the waiter gave up (a timeout) in the meantime
 
 
 def _cancel_task(
