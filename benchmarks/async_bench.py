@@ -6,7 +6,7 @@
 2. The same turn with an ``async def`` tool doing the same work: µs added per call, with
    the process loop driven by the step thread (nothing else on it) and then on its own
    thread (what a loop-bound client with open sockets leads to). Target: <= 30 µs.
-3. A sync tool with a timeout (it runs on a thread of its own): µs added per call.
+3. A sync tool with a timeout (it runs on one of the tool threads): µs added per call.
 
 Rounds are interleaved and the best round counts, as other processes make rounds noisy.
 """
@@ -164,7 +164,7 @@ def main() -> None:
             "feature disabled": _per_call(add_sync, c, plain=True),
             "sync tool": _per_call(add_sync, c),
             "async tool, loop driven by the caller": _per_call(add_async, c),
-            "sync tool with a timeout (own thread)": _per_call(add_timed, c // 10),
+            "sync tool with a timeout (tool thread)": _per_call(add_timed, c // 10),
         },
         r,
     )

@@ -8,10 +8,9 @@ either runs inline on the calling thread, exactly as a plain function call.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
+import functools
 import inspect
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -240,29 +239,16 @@ async def _awaited(value: Any) -> Any:
 
 
 def _in_thread(tool: Tool, kwargs: dict[str, Any], seconds: float) -> Any:
-    """Run a sync tool on a thread of its own; past ``seconds`` that thread is abandoned.
-
-    Python cannot stop a thread: an abandoned one runs on until the tool returns (its
-    result is dropped) and is counted in ``aio.ABANDONED_THREADS``. It is a daemon thread,
-    so it never keeps the process from exiting.
-    """
+    """Run a sync tool on a thread (``aio.TOOL_THREADS``); past ``seconds`` it is abandoned."""
     if seconds <= 0:
         raise _Expired
     context = contextvars.copy_context()
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def work() -> None:
-        try:
-            done.set_result(context.run(tool.fn, **kwargs))
-        except BaseException as exc:
-            done.set_exception(exc)
-
-    threading.Thread(target=work, name=f"agentworker-tool-{tool.name}", daemon=True).start()
-    finished, _ = concurrent.futures.wait((done,), seconds)
-    if not finished:
-        aio.ABANDONED_THREADS.add()
-        raise _Expired
-    return done.result()
+    try:
+        return aio.TOOL_THREADS.call(
+            functools.partial(context.run, tool.fn, **kwargs), seconds, name=tool.name
+        )
+    except aio.DeadlineExceeded:
+        raise _Expired from None
 
 
 def _timed_out(

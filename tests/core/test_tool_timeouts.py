@@ -171,3 +171,27 @@ def test_a_negative_timeout_is_refused_naming_the_tool() -> None:
             """Nothing."""
 
     assert info.value.field == "timeout"
+
+
+def test_tool_threads_are_kept_and_an_abandoned_one_serves_again_once_free() -> None:
+    threads = aio.ToolThreads(keep_idle=4)
+    gate = threading.Event()
+
+    def idle(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(threads._idle) != n and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    first = threads.call(threading.get_ident, 5)
+    idle(1)
+    assert threads.call(threading.get_ident, 5) == first  # kept, not a new thread
+    idle(1)
+
+    abandoned = aio.ABANDONED_THREADS.value
+    with pytest.raises(aio.DeadlineExceeded):
+        threads.call(lambda: gate.wait(5), 0.05)
+    assert aio.ABANDONED_THREADS.value == abandoned + 1
+    assert threads._idle == []  # the only thread is still busy with the abandoned call
+    gate.set()
+    idle(1)
+    assert threads.call(threading.get_ident, 5) == first
