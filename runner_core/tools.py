@@ -175,7 +175,7 @@ class Tool:
 
 def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
     """The arguments' model, and the parameter that takes the context (left out of it)."""
-    hints = _hints(fn)
+    hints, unresolved = _hints(fn)
     fields: dict[str, Any] = {}
     context_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
@@ -185,7 +185,13 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel]
         if _is_context(annotation):
             context_param = param.name
             continue
-        if annotation is param.empty or isinstance(annotation, str):
+        if isinstance(annotation, str):
+            raise InvalidArgumentError(
+                f"tool {name!r}: cannot resolve the type hint {annotation!r} of parameter "
+                f"{param.name!r}: {unresolved.get(param.name)}",
+                field=param.name,
+            ) from unresolved.get(param.name)
+        if annotation is param.empty:
             annotation = Any
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
@@ -195,15 +201,30 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel]
     return model, context_param
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """Resolved annotations of ``fn`` (of its ``__call__`` for an object); {} if they fail."""
+def _hints(fn: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, Exception]]:
+    """Resolved annotations of ``fn`` (of its ``__call__`` for an object), one by one.
+
+    A name imported only under ``TYPE_CHECKING`` cannot be resolved: its annotation stays
+    a string, with the error, so that only an ``AgentToolContext`` annotation may do so.
+    """
     target: Any = fn
     if not (inspect.isroutine(fn) or isinstance(fn, type)) and callable(fn):
         target = type(fn).__call__
     try:
-        return get_type_hints(target)
-    except Exception:  # a name only imported under TYPE_CHECKING: read the raw strings
-        return dict(getattr(target, "__annotations__", {}))
+        return get_type_hints(target), {}
+    except Exception:
+        pass
+    globalns = getattr(inspect.unwrap(target), "__globals__", {})
+    hints: dict[str, Any] = {}
+    errors: dict[str, Exception] = {}
+    for name, annotation in getattr(target, "__annotations__", {}).items():
+        holder: Any = lambda: None  # noqa: E731 - a bare carrier of one annotation
+        holder.__annotations__ = {name: annotation}
+        try:
+            hints.update(get_type_hints(holder, globalns=globalns))
+        except Exception as exc:
+            hints[name], errors[name] = annotation, exc
+    return hints, errors
 
 
 _CONTEXT_TEXT = re.compile(
@@ -217,7 +238,7 @@ def _is_context(annotation: Any) -> bool:
     if annotation is AgentToolContext:
         return True
     if isinstance(annotation, str):
-        return bool(_CONTEXT_TEXT.match(annotation))
+        return bool(_CONTEXT_TEXT.match(annotation.strip().strip("'\"")))
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = set(typing.get_args(annotation)) - {type(None)}
         return args == {AgentToolContext}

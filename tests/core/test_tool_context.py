@@ -250,3 +250,19 @@ def test_deps_that_are_not_callable_are_refused() -> None:
         Agent("x", Script(), deps={"pool": 1})  # type: ignore[arg-type]
 
     assert info.value.field == "deps"
+
+
+def test_an_unresolvable_hint_is_refused_but_a_context_string_is_not() -> None:
+    def lookup(order_id: "OrderId", ctx: "AgentToolContext") -> str:  # type: ignore[name-defined]  # noqa: F821, UP037
+        """Look an order up."""
+        return str(order_id)
+
+    def fine(order_id: str, ctx: "Ctx.AgentToolContext") -> str:  # type: ignore[name-defined]  # noqa: F821, UP037
+        """Look an order up."""
+        return str(order_id)
+
+    with pytest.raises(InvalidArgumentError, match="tool 'lookup'.*'OrderId'") as info:
+        tool(lookup)
+
+    assert info.value.field == "order_id"
+    assert tool(fine).context_param == "ctx"
