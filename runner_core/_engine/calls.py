@@ -18,6 +18,7 @@ from typing import Any
 
 from runner_core._engine import aio, tracing
 from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import AgentToolContext
 from runner_core.deps import agent_deps
 from runner_core.errors import AgentWorkerError
@@ -239,12 +240,12 @@ async def _awaited(value: Any) -> Any:
 
 
 def _in_thread(tool: Tool, kwargs: dict[str, Any], seconds: float) -> Any:
-    """Run a sync tool on a thread (``aio.TOOL_THREADS``); past ``seconds`` it is abandoned."""
+    """Run a sync tool on a tool thread (``TOOL_THREADS``); past ``seconds`` it is abandoned."""
     if seconds <= 0:
         raise _Expired
     context = contextvars.copy_context()
     try:
-        return aio.TOOL_THREADS.call(
+        return TOOL_THREADS.call(
             functools.partial(context.run, tool.fn, **kwargs), seconds, name=tool.name
         )
     except aio.DeadlineExceeded:

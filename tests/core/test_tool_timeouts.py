@@ -18,6 +18,7 @@ from runner_core import (
     tool,
 )
 from runner_core._engine import aio
+from runner_core._engine.toolthreads import ToolThreads
 from runner_core.tools import TimeoutBehavior, Tool
 from tests.support.scripts import Script, agent, ask, call, content, tool_messages
 
@@ -174,7 +175,7 @@ def test_a_negative_timeout_is_refused_naming_the_tool() -> None:
 
 
 def test_tool_threads_are_kept_and_an_abandoned_one_serves_again_once_free() -> None:
-    threads = aio.ToolThreads(keep_idle=4)
+    threads = ToolThreads(keep_idle=4)
     gate = threading.Event()
 
     def idle(n: int) -> None:
