@@ -183,3 +183,37 @@ def test_many_threads_running_async_tools_at_once_do_not_deadlock(
     assert not any(t.is_alive() for t in threads)
     expected = (AgentTurnStatus.COMPLETED, [False] * 5 + [True])
     assert results == dict.fromkeys(range(8), expected)
+
+
+def test_invoke_tool_is_thread_safe_for_calls_of_one_turn(runner: AgentRunner) -> None:
+    # Given one turn, and async and bounded sync tools that report the call they serve
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    from runner_core._engine.calls import invoke_tool
+
+    @tool
+    async def echo_async(n: int) -> str:
+        """Echo."""
+        await asyncio.sleep(0.001)
+        return f"{AgentToolContext.current().call_id}:{n}"
+
+    @tool(timeout=5)
+    def echo_sync(n: int) -> str:
+        """Echo."""
+        return f"{AgentToolContext.current().call_id}:{n}"
+
+    turn = runner.start(agent(Script(), echo_async, echo_sync), "go")
+
+    def one(i: int) -> str:
+        t = echo_async if i % 2 else echo_sync
+        message = invoke_tool(runner.kernel, turn, t, call(t.name, f"c{i}", n=i))
+        return message.content
+
+    # When many threads invoke them at once, each in its own copy of the context
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, one, i) for i in range(64)]
+        results = [f.result(timeout=30) for f in futures]
+
+    # Then every call got its own context and result
+    assert results == [f"c{i}:{i}" for i in range(64)]
