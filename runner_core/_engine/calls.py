@@ -265,7 +265,8 @@ def _timed_out(
             by_step_deadline=limit.by_step_deadline,
         )
     message = timeout_message(tool.name, limit.seconds, by_step_deadline=limit.by_step_deadline)
-    content = error_content("tool_timeout", message, tool=tool.name, seconds=limit.seconds)
+    seconds = round(limit.seconds, 3)
+    content = error_content("tool_timeout", message, tool=tool.name, seconds=seconds)
     return ToolMessage(call_id=call.id, name=tool.name, content=content, is_error=True)
 
 
