@@ -27,7 +27,6 @@ from runner_core.messages import AiMessage, ToolCall, ToolMessage
 from runner_core.models.base import (
     AsyncChatModel,
     AsyncStreamingChatModel,
-    ChatModel,
     ModelError,
     ModelRequest,
     ModelResponse,
@@ -64,11 +63,12 @@ def _ask(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse
     The sync form is used when the model has one (unless it ``prefers_async``); an async
     one runs on the process loop, bounded by the step's deadline.
     """
-    model = turn.agent.model
-    if prefers_async(model) or not isinstance(model, ChatModel):
+    model: Any = turn.agent.model
+    if prefers_async(model):
         return _ask_async(k, turn, model, request)
     if not (turn.state.streaming and isinstance(model, StreamingChatModel)):
-        return model.generate(request)
+        response: ModelResponse = model.generate(request)
+        return response
     return _streamed(k, turn, model.stream(request))
 
 
@@ -84,7 +84,7 @@ def _ask_async(
             finally:
                 events.close()  # stops the loop's task if the stream had more
         if not isinstance(model, AsyncChatModel):
-            raise ModelError(f"{model!r} has neither generate nor agenerate")
+            raise ModelError(f"{model!r} has no agenerate() to await")
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
             raise aio.DeadlineExceeded

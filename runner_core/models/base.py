@@ -151,7 +151,10 @@ AnyChatModel = ChatModel | AsyncChatModel
 
 
 def prefers_async(model: object) -> bool:
-    """Whether the runner should call the model's async form: it has no sync one, or says so."""
-    if not isinstance(model, ChatModel):
+    """Whether the runner should call the model's async form: it has no sync one, or says so.
+
+    Plain attribute reads: this runs on every model call.
+    """
+    if getattr(model, "generate", None) is None:
         return True
-    return bool(getattr(model, "prefers_async", False)) and isinstance(model, AsyncChatModel)
+    return bool(getattr(model, "prefers_async", False)) and hasattr(model, "agenerate")
