@@ -56,8 +56,8 @@ class FunctionModel:
         if self._fn is None:
             return _drained(self.stream(request))
         result = self._fn(request)
-        if inspect.isawaitable(result):  # a sync function handing back a coroutine
-            result = aio.run(_awaited(result))
+        if not isinstance(result, AiMessage | ModelResponse | str) and inspect.isawaitable(result):
+            result = aio.run(_awaited(result))  # a sync function handing back a coroutine
         return _to_response(result)
 
     def stream(self, request: ModelRequest) -> Iterator[ModelStreamEvent]:
