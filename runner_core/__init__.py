@@ -4,6 +4,7 @@ from runner_core._engine.wakeups import DescribingDispatcher
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
 from runner_core.context import AgentToolContext
 from runner_core.conversation import ChatMemory, InMemoryChatMemory, attach_window
+from runner_core.deps import DependencyError
 from runner_core.errors import (
     AgentConversationBusyException,
     AgentNotFoundError,
@@ -35,6 +36,8 @@ from runner_core.messages import (
 )
 from runner_core.middleware import Middleware
 from runner_core.models import (
+    AsyncChatModel,
+    AsyncStreamingChatModel,
     ChatModel,
     FunctionModel,
     ModelError,
@@ -77,7 +80,15 @@ from runner_core.snapshot import (
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 from runner_core.store import AgentTurnStore, CancelResult, Commit, SaveResult, TurnControl
 from runner_core.store.memory import InMemoryAgentTurnStore
-from runner_core.tools import ApprovalDecision, Tool, ToolError, ToolTimeoutError, tool
+from runner_core.tools import (
+    ApprovalDecision,
+    AwaitableResultError,
+    Tool,
+    ToolCallAbortedError,
+    ToolError,
+    ToolTimeoutError,
+    tool,
+)
 from runner_core.turn import AgentStepResult, AgentTurn, TaskProgress
 from runner_core.worker import AgentWorker
 
@@ -123,10 +134,14 @@ __all__ = [
     "AgentWorkerError",
     "AiMessage",
     "ApprovalDecision",
+    "AsyncChatModel",
+    "AsyncStreamingChatModel",
+    "AwaitableResultError",
     "ChatMemory",
     "ChatModel",
     "ConcurrentModificationError",
     "ConfigurationError",
+    "DependencyError",
     "DescribingDispatcher",
     "ErrorInfo",
     "FailureStrategy",
@@ -164,6 +179,7 @@ __all__ = [
     "TextPart",
     "Tool",
     "ToolCall",
+    "ToolCallAbortedError",
     "ToolCallDelta",
     "ToolError",
     "ToolTimeoutError",

@@ -6,10 +6,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from runner_core.errors import AgentNotFoundError
+from runner_core.errors import AgentNotFoundError, InvalidArgumentError
 from runner_core.messages import SystemMessage
 from runner_core.middleware import Middleware
-from runner_core.models.base import ChatModel
+from runner_core.models.base import AnyChatModel, AsyncChatModel, ChatModel
 from runner_core.planning import AgentPlanningPolicy, plan_tool_specs
 from runner_core.tools import Tool, as_tool
 
@@ -20,7 +20,7 @@ class Agent:
     def __init__(
         self,
         id: str,
-        model: ChatModel,
+        model: AnyChatModel,
         instructions: str = "",
         version: str = "1",
         tools: Sequence[Tool | Callable[..., Any]] = (),
@@ -31,22 +31,20 @@ class Agent:
         max_attached_messages: int = 100,
         middleware: Sequence[Middleware] = (),
         model_settings: dict[str, Any] | None = None,
+        deps: Callable[[], Any] | None = None,
     ) -> None:
-        if not id:
-            raise ValueError("agent id must not be empty")
-        if max_iterations < 1:
-            raise ValueError(f"agent {id!r}: max_iterations must be >= 1")
+        """Define an agent.
+
+        ``deps``: a zero-argument callable (sync or async) building what its tools share
+        (``AgentToolContext.deps``), once per process, never persisted (``runner_core.deps``).
+        """
+        _check(id, model, max_iterations, deps)
         self.id = id
         self.model = model
         self.instructions = instructions
         self.system_messages = (SystemMessage(instructions),) if instructions else ()
         self.version = str(version)
-        self.tools: dict[str, Tool] = {}
-        for t in tools:
-            resolved = as_tool(t)
-            if resolved.name in self.tools:
-                raise ValueError(f"agent {id!r}: two tools named {resolved.name!r}")
-            self.tools[resolved.name] = resolved
+        self.tools = _by_name(id, tools)
         self.sub_agents = tuple(sub_agents)
         self.planning = planning
         self.tool_specs = [t.spec for t in self.tools.values()]
@@ -57,9 +55,38 @@ class Agent:
         self.max_attached_messages = max_attached_messages
         self.middleware = tuple(middleware)
         self.model_settings = dict(model_settings or {})
+        #: Builds the agent's per-process dependencies (None: ``ctx.deps`` is None).
+        self.deps = deps
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r}, version={self.version!r})"
+
+
+def _check(id: str, model: object, max_iterations: int, deps: object) -> None:
+    """Refuse what no turn could run with, naming the agent."""
+    if not id:
+        raise ValueError("agent id must not be empty")
+    if max_iterations < 1:
+        raise ValueError(f"agent {id!r}: max_iterations must be >= 1")
+    if not isinstance(model, ChatModel | AsyncChatModel):
+        raise InvalidArgumentError(
+            f"agent {id!r}: the model needs generate() or agenerate(), not {model!r}",
+            field="model",
+        )
+    if deps is not None and not callable(deps):
+        raise InvalidArgumentError(
+            f"agent {id!r}: deps must be a zero-argument callable, not {deps!r}", field="deps"
+        )
+
+
+def _by_name(agent_id: str, tools: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+    by_name: dict[str, Tool] = {}
+    for t in tools:
+        resolved = as_tool(t)
+        if resolved.name in by_name:
+            raise ValueError(f"agent {agent_id!r}: two tools named {resolved.name!r}")
+        by_name[resolved.name] = resolved
+    return by_name
 
 
 class AgentLoader(Protocol):

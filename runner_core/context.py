@@ -32,6 +32,8 @@ class AgentToolContext:
     tool_name: str
     metadata: Mapping[str, Any]
     submitted_input: Any = None
+    #: The agent's per-process dependencies (``Agent(deps=...)``); None when it has none.
+    deps: Any = None
     _cancel_check: Callable[[], bool] = field(default=lambda: False, repr=False)
     _progress: Callable[[str, float | None], None] = field(
         default=lambda message, fraction: None, repr=False

@@ -20,7 +20,7 @@ from runner_core.models.base import ModelRequest, ModelResponse, Usage
 from runner_core.models.function import FunctionModel
 
 #: One scripted answer: a message, a response (with usage), text, an exception to raise, or a
-#: function of the request returning one of the first three.
+#: function of the request returning one of the first three (an ``async def`` one is awaited).
 Reply = AiMessage | ModelResponse | str | BaseException | Callable[[ModelRequest], Any]
 
 

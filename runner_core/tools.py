@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+import types
+import typing
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from runner_core._engine import aio
+from runner_core.context import AgentToolContext
 from runner_core.errors import AgentWorkerError, InvalidArgumentError
 from runner_core.messages import ToolCall
 from runner_core.models.base import ToolSpec
@@ -46,18 +51,59 @@ class InvalidToolArguments(AgentWorkerError):
     """Raised when a call's arguments do not fit the tool's schema."""
 
 
-class ToolTimeoutError(AgentWorkerError, TimeoutError):
-    """A tool call ran past its timeout (raised for ``timeout_behavior`` retry or fail)."""
+class ToolCallAbortedError(AgentWorkerError):
+    """Base of the errors that end a tool call for the runner, never for the model.
 
-    def __init__(self, tool: str, seconds: float, *, retryable: bool) -> None:
-        super().__init__(f"tool {tool!r} timed out after {seconds:g} s")
+    Whatever the tool-error strategy, the turn retries (``retryable``) or fails; the model
+    is not asked to act on them.
+    """
+
+
+class ToolTimeoutError(ToolCallAbortedError, TimeoutError):
+    """A tool call ran past its timeout (raised for ``timeout_behavior`` retry or fail).
+
+    ``by_step_deadline``: the step's time limit, not the tool's own timeout, cut it off.
+    """
+
+    def __init__(
+        self, tool: str, seconds: float, *, retryable: bool, by_step_deadline: bool = False
+    ) -> None:
+        super().__init__(timeout_message(tool, seconds, by_step_deadline=by_step_deadline))
         self.tool = tool
         self.seconds = seconds
         self.retryable = retryable
+        self.by_step_deadline = by_step_deadline
+
+
+def timeout_message(tool: str, seconds: float, *, by_step_deadline: bool = False) -> str:
+    """``tool 'x' timed out after N s`` (saying so when the step time limit cut it off)."""
+    text = f"tool {tool!r} timed out after {round(seconds, 2):g} s"
+    return text + ": the step time limit was reached" if by_step_deadline else text
+
+
+class AwaitableResultError(ToolCallAbortedError, TypeError):
+    """Raised when a sync tool returns an awaitable: a programming error, so the turn fails.
+
+    Declare the tool ``async def`` (or give it an ``async def __call__``) and the runner
+    awaits it; the awaitable it returned is closed, never rendered as a result.
+    """
+
+    def __init__(self, tool: str, value: object) -> None:
+        super().__init__(
+            f"tool {tool!r} returned {type(value).__name__}, an awaitable, from a sync "
+            "function; declare it `async def` so the runner awaits it"
+        )
+        self.tool = tool
+        self.retryable = False
 
 
 class Tool:
-    """A callable the model may request, with its JSON schema and approval policy."""
+    """A callable the model may request, with its JSON schema and approval policy.
+
+    ``fn`` may be a function, an ``async def`` function or an object with an (async)
+    ``__call__``; async ones run on the process event loop. A parameter annotated
+    ``AgentToolContext`` receives the call's context and is not part of the schema.
+    """
 
     def __init__(
         self,
@@ -71,7 +117,7 @@ class Tool:
         sequential: bool = False,
     ) -> None:
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
         if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
             raise InvalidArgumentError(
                 f"tool {self.name!r}: timeout must be a positive number of seconds, "
@@ -92,7 +138,11 @@ class Tool:
         self.sequential = bool(sequential)
         self.description = description or inspect.getdoc(fn) or ""
         self._approval = requires_approval
-        self._args_model = _arguments_model(fn, self.name)
+        #: Whether ``fn`` is a coroutine function (it runs on the process event loop).
+        self.is_async = aio.is_async_callable(fn)
+        #: The parameter that receives the ``AgentToolContext`` (None: the tool has none).
+        self.context_param: str | None
+        self._args_model, self.context_param = _arguments_model(fn, self.name)
         schema = self._args_model.model_json_schema()
         schema.pop("title", None)
         self.spec = ToolSpec(self.name, self.description, schema)
@@ -123,19 +173,76 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
-def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
-    hints = get_type_hints(fn)
+def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
+    """The arguments' model, and the parameter that takes the context (left out of it)."""
+    hints, unresolved = _hints(fn)
     fields: dict[str, Any] = {}
+    context_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        annotation = hints.get(param.name, Any)
+        annotation = hints.get(param.name, param.annotation)
+        if _is_context(annotation):
+            context_param = param.name
+            continue
+        if isinstance(annotation, str):
+            raise InvalidArgumentError(
+                f"tool {name!r}: cannot resolve the type hint {annotation!r} of parameter "
+                f"{param.name!r}: {unresolved.get(param.name)}",
+                field=param.name,
+            ) from unresolved.get(param.name)
+        if annotation is param.empty:
+            annotation = Any
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
     model: type[BaseModel] = create_model(
         f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
     )
-    return model
+    return model, context_param
+
+
+def _hints(fn: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, Exception]]:
+    """Resolved annotations of ``fn`` (of its ``__call__`` for an object), one by one.
+
+    A name imported only under ``TYPE_CHECKING`` cannot be resolved: its annotation stays
+    a string, with the error, so that only an ``AgentToolContext`` annotation may do so.
+    """
+    target: Any = fn
+    if not (inspect.isroutine(fn) or isinstance(fn, type)) and callable(fn):
+        target = type(fn).__call__
+    try:
+        return get_type_hints(target), {}
+    except Exception:
+        pass
+    globalns = getattr(inspect.unwrap(target), "__globals__", {})
+    hints: dict[str, Any] = {}
+    errors: dict[str, Exception] = {}
+    for name, annotation in getattr(target, "__annotations__", {}).items():
+        holder: Any = lambda: None  # noqa: E731 - a bare carrier of one annotation
+        holder.__annotations__ = {name: annotation}
+        try:
+            hints.update(get_type_hints(holder, globalns=globalns))
+        except Exception as exc:
+            hints[name], errors[name] = annotation, exc
+    return hints, errors
+
+
+_CONTEXT_TEXT = re.compile(
+    r"^\s*(?:Optional\[\s*)?(?:[\w.]+\.)?AgentToolContext\s*(?:\]|\|\s*None)?\s*$"
+    r"|^\s*None\s*\|\s*(?:[\w.]+\.)?AgentToolContext\s*$"
+)
+
+
+def _is_context(annotation: Any) -> bool:
+    """``AgentToolContext``, ``AgentToolContext | None``, or the same as a string."""
+    if annotation is AgentToolContext:
+        return True
+    if isinstance(annotation, str):
+        return bool(_CONTEXT_TEXT.match(annotation.strip().strip("'\"")))
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = set(typing.get_args(annotation)) - {type(None)}
+        return args == {AgentToolContext}
+    return False
 
 
 @overload
@@ -166,6 +273,9 @@ def tool(
     sequential: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a tool: schema from type hints, description from the docstring.
+
+    An ``async def`` function is awaited on the process event loop; a parameter annotated
+    ``AgentToolContext`` receives the call's context and is left out of the schema.
 
     ``timeout`` bounds one call in seconds and ``timeout_behavior`` says what a call past
     it does (both default to the execution policy's); ``sequential=True`` makes the tool a

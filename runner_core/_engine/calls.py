@@ -1,28 +1,52 @@
 """The two side effects of a step: asking the model, and running a tool.
 
 The model call emits streaming deltas as events; the tool runs inside its
-``AgentToolContext``.
+``AgentToolContext``. Async tools and models run on the process event loop (``aio``); both
+are bounded by the step's deadline, a tool also by its own timeout. A sync tool without
+either runs inline on the calling thread, exactly as a plain function call.
 """
 
 from __future__ import annotations
 
-from runner_core._engine import tracing
+import contextvars
+import functools
+import inspect
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from runner_core._engine import aio, tracing
 from runner_core._engine.kernel import TurnKernel
+from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import AgentToolContext
+from runner_core.deps import agent_deps
 from runner_core.errors import AgentWorkerError
 from runner_core.events import AgentEventType as E
 from runner_core.messages import AiMessage, ToolCall, ToolMessage
 from runner_core.models.base import (
+    AsyncChatModel,
+    AsyncStreamingChatModel,
     ModelError,
     ModelRequest,
     ModelResponse,
+    ModelStreamEvent,
     ReasoningDelta,
     StreamDone,
     StreamingChatModel,
     TextDelta,
     ToolCallDelta,
+    prefers_async,
 )
-from runner_core.tools import Tool, ToolError, error_content, render_result
+from runner_core.tools import (
+    AwaitableResultError,
+    Tool,
+    ToolError,
+    ToolTimeoutError,
+    error_content,
+    render_result,
+    timeout_message,
+)
 from runner_core.turn import AgentTurn
 
 
@@ -34,11 +58,46 @@ def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelRe
 
 
 def _ask(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
-    """Ask the turn's model once; a streaming turn emits every delta as an event."""
-    model = turn.agent.model
+    """Ask the turn's model once; a streaming turn emits every delta as an event.
+
+    The sync form is used when the model has one (unless it ``prefers_async``); an async
+    one runs on the process loop, bounded by the step's deadline.
+    """
+    model: Any = turn.agent.model
+    if prefers_async(model):
+        return _ask_async(k, turn, model, request)
     if not (turn.state.streaming and isinstance(model, StreamingChatModel)):
-        return model.generate(request)
-    for event in model.stream(request):
+        response: ModelResponse = model.generate(request)
+        return response
+    return _streamed(k, turn, model.stream(request))
+
+
+def _ask_async(
+    k: TurnKernel, turn: AgentTurn, model: object, request: ModelRequest
+) -> ModelResponse:
+    deadline = turn.step_deadline
+    try:
+        if turn.state.streaming and isinstance(model, AsyncStreamingChatModel):
+            events = aio.iterate(model.astream(request), deadline=deadline)
+            try:
+                return _streamed(k, turn, events)
+            finally:
+                events.close()  # stops the loop's task if the stream had more
+        if not isinstance(model, AsyncChatModel):
+            raise ModelError(f"{model!r} has no agenerate() to await")
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise aio.DeadlineExceeded
+        response: ModelResponse = aio.run(_awaited(model.agenerate(request)), timeout=timeout)
+        return response
+    except aio.DeadlineExceeded:
+        raise ModelError(
+            "the model call was cut off: the step time limit was reached", retryable=True
+        ) from None
+
+
+def _streamed(k: TurnKernel, turn: AgentTurn, events: Iterable[ModelStreamEvent]) -> ModelResponse:
+    for event in events:
         if isinstance(event, StreamDone):
             return event.response
         _emit_delta(k, turn, event)
@@ -64,7 +123,11 @@ def _emit_delta(
 
 
 def invoke_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
-    """Run the tool for ``call`` (inside its span when traced)."""
+    """Run the tool for ``call`` (inside its span when traced).
+
+    Blocking and thread-safe: several threads may run calls of one turn at once, each in
+    its own copy of the context.
+    """
     if turn.trace is tracing.ON:
         return tracing.tool_call(turn, tool.name, call, lambda: _run_tool(k, turn, tool, call))
     return _run_tool(k, turn, tool, call)
@@ -72,14 +135,34 @@ def invoke_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> T
 
 def _run_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
     """Run the tool for ``call``; a ``ToolError`` becomes an error message for the model."""
-    st = turn.state
     kwargs = tool.validate(call.arguments)
-    ctx = AgentToolContext(
+    ctx = _context(k, turn, tool, call)
+    if tool.context_param is not None:
+        kwargs[tool.context_param] = ctx
+    limit = _limit(k, turn, tool)
+    token = ctx.activate()
+    try:
+        value = _call(tool, kwargs, limit)
+    except ToolError as exc:
+        content = error_content("tool_error", str(exc))
+        return ToolMessage(call_id=call.id, name=tool.name, content=content, is_error=True)
+    except _Expired:
+        assert limit is not None
+        return _timed_out(k, turn, tool, call, limit)
+    finally:
+        AgentToolContext.deactivate(token)
+    return ToolMessage(call_id=call.id, name=tool.name, content=render_result(value))
+
+
+def _context(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> AgentToolContext:
+    st = turn.state
+    return AgentToolContext(
         turn_id=st.id,
         call_id=call.id,
         tool_name=tool.name,
         metadata=turn.metadata,
         submitted_input=st.submitted_inputs.get(call.id),
+        deps=agent_deps(turn.agent),
         _cancel_check=lambda: k.control(turn).cancel_requested,
         _progress=lambda message, fraction: k.emit(
             turn,
@@ -91,15 +174,100 @@ def _run_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> Too
         ),
         _has_input=call.id in st.submitted_inputs,
     )
-    token = ctx.activate()
+
+
+# --- timeouts -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    """How long a call may run, and whether the step's deadline (not its timeout) says so."""
+
+    seconds: float
+    by_step_deadline: bool
+
+
+class _Expired(Exception):  # noqa: N818 - internal signal, never leaves this module
+    """The call ran out of its limit (it was cancelled, or its thread abandoned)."""
+
+
+def _limit(k: TurnKernel, turn: AgentTurn, tool: Tool) -> _Limit | None:
+    """min(the tool's timeout or the policy's, time left in the step); None: unbounded."""
+    own = tool.timeout if tool.timeout is not None else k.policy(turn).tool_timeout_seconds
+    deadline = turn.step_deadline
+    if deadline is None:
+        return None if own is None else _Limit(own, False)
+    left = deadline - time.monotonic()
+    if own is not None and own <= left:
+        return _Limit(own, False)
+    return _Limit(max(left, 0.0), True)
+
+
+def _call(tool: Tool, kwargs: dict[str, Any], limit: _Limit | None) -> Any:
+    """The tool's return value: inline without a limit, else bounded by it."""
+    if tool.is_async:
+        return _await_tool(tool, kwargs, limit)
+    if limit is None:
+        value = tool.fn(**kwargs)  # no limit: on this thread, as plain as a function call
+    else:
+        value = _in_thread(tool, kwargs, limit.seconds)
+    if type(value) not in _PLAIN and inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited, and never rendered either
+        raise AwaitableResultError(tool.name, value)
+    return value
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+"""Result types that are never awaitable (``inspect.isawaitable`` is the slow check)."""
+
+
+def _await_tool(tool: Tool, kwargs: dict[str, Any], limit: _Limit | None) -> Any:
+    coro = tool.fn(**kwargs)
+    if not inspect.iscoroutine(coro):
+        coro = _awaited(coro)
+    if limit is not None and limit.seconds <= 0:
+        coro.close()
+        raise _Expired
     try:
-        value = tool.fn(**kwargs)
-    except ToolError as exc:
-        content = error_content("tool_error", str(exc))
-        return ToolMessage(call_id=call.id, name=tool.name, content=content, is_error=True)
-    finally:
-        AgentToolContext.deactivate(token)
-    return ToolMessage(call_id=call.id, name=tool.name, content=render_result(value))
+        return aio.run(coro, timeout=None if limit is None else limit.seconds)
+    except aio.DeadlineExceeded:
+        raise _Expired from None
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+def _in_thread(tool: Tool, kwargs: dict[str, Any], seconds: float) -> Any:
+    """Run a sync tool on a tool thread (``TOOL_THREADS``); past ``seconds`` it is abandoned."""
+    if seconds <= 0:
+        raise _Expired
+    context = contextvars.copy_context()
+    try:
+        return TOOL_THREADS.call(
+            functools.partial(context.run, tool.fn, **kwargs), seconds, name=tool.name
+        )
+    except aio.DeadlineExceeded:
+        raise _Expired from None
+
+
+def _timed_out(
+    k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall, limit: _Limit
+) -> ToolMessage:
+    """By the tool's (else the policy's) ``timeout_behavior``: tell the model, or raise."""
+    behavior = tool.timeout_behavior or k.policy(turn).tool_timeout_behavior
+    if behavior != "error":
+        raise ToolTimeoutError(
+            tool.name,
+            limit.seconds,
+            retryable=behavior == "retry",
+            by_step_deadline=limit.by_step_deadline,
+        )
+    message = timeout_message(tool.name, limit.seconds, by_step_deadline=limit.by_step_deadline)
+    seconds = round(limit.seconds, 3)
+    content = error_content("tool_timeout", message, tool=tool.name, seconds=seconds)
+    return ToolMessage(call_id=call.id, name=tool.name, content=content, is_error=True)
 
 
 def is_retryable(exc: BaseException) -> bool:

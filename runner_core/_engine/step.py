@@ -40,7 +40,7 @@ from runner_core.tools import (
     ApprovalDecision,
     InvalidToolArguments,
     Tool,
-    ToolTimeoutError,
+    ToolCallAbortedError,
     error_content,
 )
 from runner_core.turn import AgentStepResult, AgentTurn
@@ -338,7 +338,7 @@ class _Step:
             error=ErrorInfo.of(exc).model_dump(),
         )
         to_model = self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL"
-        if to_model and not isinstance(exc, ToolTimeoutError):
+        if to_model and not isinstance(exc, ToolCallAbortedError):
             content = error_content("tool_error", str(exc), exception=type(exc).__name__)
             return self._answer(
                 call, ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)

@@ -3,6 +3,9 @@
 from typing import TYPE_CHECKING, Any
 
 from runner_core.models.base import (
+    AnyChatModel,
+    AsyncChatModel,
+    AsyncStreamingChatModel,
     ChatModel,
     ModelError,
     ModelRequest,
@@ -33,6 +36,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "INVALID_ARGUMENTS_KEY",
+    "AnyChatModel",
+    "AsyncChatModel",
+    "AsyncStreamingChatModel",
     "ChatModel",
     "FunctionModel",
     "ModelError",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,3 +122,39 @@ class StreamingChatModel(ChatModel, Protocol):
     def stream(self, request: ModelRequest) -> Iterator[ModelStreamEvent]:
         """Yield deltas, then ``StreamDone``."""
         ...
+
+
+@runtime_checkable
+class AsyncChatModel(Protocol):
+    """A model answering on the process event loop: ``await model.agenerate(request)``.
+
+    A model may offer both forms; the runner uses the sync one unless the model sets
+    ``prefers_async = True`` (an async-native model whose sync form only waits on the loop).
+    """
+
+    async def agenerate(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request; raise ``ModelError`` on failure."""
+        ...
+
+
+@runtime_checkable
+class AsyncStreamingChatModel(AsyncChatModel, Protocol):
+    """An async model that can also stream; the last event of a stream is ``StreamDone``."""
+
+    def astream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        """Yield deltas, then ``StreamDone`` (an async generator)."""
+        ...
+
+
+AnyChatModel = ChatModel | AsyncChatModel
+"""What an ``Agent`` takes as its model: either protocol (or both)."""
+
+
+def prefers_async(model: object) -> bool:
+    """Whether the runner should call the model's async form: it has no sync one, or says so.
+
+    Plain attribute reads: this runs on every model call.
+    """
+    if getattr(model, "generate", None) is None:
+        return True
+    return bool(getattr(model, "prefers_async", False)) and hasattr(model, "agenerate")

@@ -7,12 +7,13 @@ RETRY_SCHEDULED is the one retry layer, fed by ``ModelError.retryable`` and ``re
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import UTC
 from typing import Any, assert_never
 
@@ -20,6 +21,7 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
+from runner_core._engine import aio
 from runner_core.messages import (
     AiMessage,
     ContentPart,
@@ -77,6 +79,10 @@ class OpenAIChatModel:
     ``base_url`` to ``OPENAI_BASE_URL``. ``timeout`` (seconds) applies to the client built
     here; an injected ``client`` keeps its own. ``settings`` are defaults that
     ``ModelRequest.settings`` overrides.
+
+    ``client`` may be an ``openai.AsyncOpenAI``: the runner then awaits it on the process
+    event loop (``prefers_async``), where its connection pool lives for the process; the
+    sync methods still work for a direct caller and wait on that loop.
     """
 
     def __init__(
@@ -85,41 +91,83 @@ class OpenAIChatModel:
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        client: openai.OpenAI | None = None,
+        client: openai.OpenAI | openai.AsyncOpenAI | None = None,
         timeout: float = 60.0,
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model or os.environ.get("AGENTWORKER_MODEL") or DEFAULT_MODEL
         self.settings = dict(settings or {})
         self.client = _make_client(client, api_key, base_url, timeout)
+        #: True over an ``AsyncOpenAI`` client: the runner calls ``agenerate``/``astream``.
+        self.prefers_async = isinstance(self.client, openai.AsyncOpenAI)
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={str(self.client.base_url)!r})"
 
     def generate(self, request: ModelRequest) -> ModelResponse:
         """Send one request and return the complete answer; raise ``ModelError`` on failure."""
+        client = self.client
+        if isinstance(client, openai.AsyncOpenAI):
+            return aio.run(self.agenerate(request))
         try:
-            completion = self.client.chat.completions.create(**self._params(request), stream=False)
+            completion = client.chat.completions.create(**self._params(request), stream=False)
         except openai.OpenAIError as err:
             raise to_model_error(err) from err
         except json.JSONDecodeError as err:
             raise malformed_answer(err) from err
-        if not isinstance(completion, ChatCompletion):
-            raise ModelError(f"server returned no chat completion: {completion!r:.200}", True)
-        assembler = StreamAssembler()
-        for event in _completion_events(completion):
-            assembler.add(event)
-        return _response(assembler, _usage(completion.usage))
+        return _answer(completion)
+
+    async def agenerate(self, request: ModelRequest) -> ModelResponse:
+        """``generate`` over the async client (a sync client's call runs in a thread)."""
+        client = self.client
+        if not isinstance(client, openai.AsyncOpenAI):
+            return await asyncio.to_thread(self.generate, request)
+        try:
+            completion = await client.chat.completions.create(**self._params(request), stream=False)
+        except openai.OpenAIError as err:
+            raise to_model_error(err) from err
+        except json.JSONDecodeError as err:
+            raise malformed_answer(err) from err
+        return _answer(completion)
 
     def stream(self, request: ModelRequest) -> Iterator[ModelStreamEvent]:
         """Yield text, reasoning and tool-call deltas as they arrive, then ``StreamDone``."""
+        client = self.client
+        if isinstance(client, openai.AsyncOpenAI):
+            yield from aio.iterate(self.astream(request))
+            return
         assembler, slots, usage = StreamAssembler(), _CallSlots(), Usage()
         try:
-            chunks = self.client.chat.completions.create(
+            chunks = client.chat.completions.create(
                 **self._params(request), stream=True, stream_options={"include_usage": True}
             )
             with chunks:
                 for chunk in chunks:
+                    usage = _usage(chunk.usage) if chunk.usage else usage
+                    for event in _chunk_events(chunk, slots):
+                        assembler.add(event)
+                        yield event
+        except openai.OpenAIError as err:
+            raise to_model_error(err) from err
+        except json.JSONDecodeError as err:
+            raise malformed_answer(err) from err
+        yield StreamDone(_response(assembler, usage))
+
+    async def astream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
+        """``stream`` over the async client (a sync client's stream is read in a thread)."""
+        client = self.client
+        if not isinstance(client, openai.AsyncOpenAI):
+            events = self.stream(request)
+            while (event := await asyncio.to_thread(next, events, None)) is not None:
+                yield event
+            return
+        assembler, slots, usage = StreamAssembler(), _CallSlots(), Usage()
+        try:
+            chunks = await client.chat.completions.create(
+                **self._params(request), stream=True, stream_options={"include_usage": True}
+            )
+            async with chunks:
+                async for chunk in chunks:
                     usage = _usage(chunk.usage) if chunk.usage else usage
                     for event in _chunk_events(chunk, slots):
                         assembler.add(event)
@@ -144,9 +192,22 @@ class OpenAIChatModel:
         return params
 
 
+def _answer(completion: object) -> ModelResponse:
+    """A complete (non-streamed) answer as a response."""
+    if not isinstance(completion, ChatCompletion):
+        raise ModelError(f"server returned no chat completion: {completion!r:.200}", True)
+    assembler = StreamAssembler()
+    for event in _completion_events(completion):
+        assembler.add(event)
+    return _response(assembler, _usage(completion.usage))
+
+
 def _make_client(
-    client: openai.OpenAI | None, api_key: str | None, base_url: str | None, timeout: float
-) -> openai.OpenAI:
+    client: openai.OpenAI | openai.AsyncOpenAI | None,
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float,
+) -> openai.OpenAI | openai.AsyncOpenAI:
     """The SDK client to use, with its retries off."""
     if client is not None:
         return client.with_options(max_retries=0)
