@@ -211,10 +211,14 @@ class TurnKernel:
         if self.after_save is not None:
             self.after_save(turn)
         if self.bus.active:
-            with self._deliver_lock:
-                for i, event in enumerate(commit.events):
-                    self.bus.deliver(event.sequenced(result.first_sequence + i))
+            self._deliver(commit.events, result.first_sequence)
         return result
+
+    def _deliver(self, events: Sequence[AgentEvent], first_sequence: int) -> None:
+        """Committed events to listeners, numbered as the store numbered them."""
+        with self._deliver_lock:
+            for i, event in enumerate(events):
+                self.bus.deliver(event.sequenced(first_sequence + i))
 
     def _write(self, turn: AgentTurn, commit: Commit) -> SaveResult:
         """``store.commit``, again with the same request id while the store is unavailable.

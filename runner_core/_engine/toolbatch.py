@@ -165,6 +165,10 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
     return _Run(tool, call)
 
 
+def _concurrent_runs(plan: list[_Item]) -> int:
+    return sum(1 for i in plan if isinstance(i, _Run) and not i.tool.sequential)
+
+
 # -- the pool -----------------------------------------------------------------------------------
 _pool_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -211,9 +215,8 @@ class ToolBatch:
         self.fresh = guarded
         self.plan = plan_calls(turn)
         limit = policy.max_tool_concurrency
-        runs = sum(1 for i in self.plan if isinstance(i, _Run) and not i.tool.sequential)
         #: One call at a time on the step thread: today's exact behaviour, no thread hop.
-        self.inline = limit == 1 or runs <= 1 or on_pool_thread()
+        self.inline = limit == 1 or _concurrent_runs(self.plan) <= 1 or on_pool_thread()
         self.limit = limit or len(self.plan)
         self.queue: deque[_Run] = deque()
         self.inflight: dict[Future[ToolMessage], _Run] = {}

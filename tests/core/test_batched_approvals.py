@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from runner_core import (
     AgentEventType,
@@ -21,28 +18,10 @@ from runner_core import (
     tool,
 )
 from tests.support.scripts import EventLog, Script, agent, ask, call, content, tool_messages
-from tests.support.store_fixtures import (  # noqa: F401 - fixtures
-    make_store,
-    namespace,
-    redis_server,
-)
 from tests.support.toolruns import Ledger, resolve_approvals
 
 S = AgentTurnStatus
 E = AgentEventType
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    kind: str = request.param
-    return kind
-
-
-@pytest.fixture
-def store(store_kind: str, request: pytest.FixtureRequest) -> AgentTurnStore:
-    """A store of the kind under test (memory, Redis)."""
-    make: Callable[[], AgentTurnStore] = request.getfixturevalue("make_store")
-    return make()
 
 
 def tools(ledger: Ledger, seconds: float = 0.0) -> list[Any]:

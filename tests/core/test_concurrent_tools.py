@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,6 @@ from runner_core import (
     AgentRunner,
     AgentToolContext,
     AgentTurnStatus,
-    AgentTurnStore,
     ConcurrentModificationError,
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
@@ -27,28 +26,16 @@ from runner_core import (
     tool,
 )
 from tests.support.scripts import EventLog, Script, agent, ask, call, tool_messages
-from tests.support.store_fixtures import (  # noqa: F401 - fixtures
-    make_store,
-    namespace,
-    redis_server,
-)
 from tests.support.toolruns import CommitLog, Ledger
 
 S = AgentTurnStatus
 INTERRUPTED = "Tool call was not completed"
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    kind: str = request.param
-    return kind
-
-
 @pytest.fixture
-def log(store_kind: str, request: pytest.FixtureRequest) -> CommitLog:
-    """A fresh store of the kind under test (memory, Redis), logging its commits."""
-    make: Callable[[], AgentTurnStore] = request.getfixturevalue("make_store")
-    return CommitLog(make())
+def log() -> CommitLog:
+    """An in-memory store logging its commits."""
+    return CommitLog(InMemoryAgentTurnStore())
 
 
 def runner_on(store: Any, concurrency: int, **policy: Any) -> AgentRunner:

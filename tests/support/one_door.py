@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,7 +201,7 @@ def agents(world: World) -> list[Agent]:
 FANOUT = 4
 
 
-def fanout_agent(world: World, middleware: list[Middleware]) -> Agent:
+def fanout_agent(world: World, middleware: Sequence[Middleware]) -> Agent:
     """One response with ``FANOUT`` calls of a short I/O tool, all run concurrently."""
 
     @tool
