@@ -10,17 +10,22 @@ from typing import Any
 import pytest
 
 from runner_core import (
+    Agent,
     AgentBudget,
     AgentEventType,
     AgentExecutionPolicy,
+    AgentPlanningPolicy,
     AgentResumeCommand,
     AgentRunner,
     AgentToolContext,
     AgentTurnStatus,
+    AiMessage,
     ConcurrentModificationError,
+    FunctionModel,
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
     LeaseLostError,
+    ModelRequest,
     RetryPolicy,
     ToolErrorStrategy,
     tool,
@@ -398,3 +403,75 @@ def test_a_lost_lease_mid_batch_commits_nothing_more_and_raises(
     assert stored.version == before + 1  # B's claim, nothing of A's step
     assert tool_messages(stored.messages) == []
     assert sorted(ledger.ended) == ["a", "b"]
+
+
+def test_a_plan_call_among_concurrent_calls_waits_for_them_then_delegates() -> None:
+    # Given one response with two I/O calls and a plan of one task for a helper agent
+    ledger = Ledger()
+    tasks = [{"id": "t1", "description": "check it"}]
+    plan = call("create_task_plan", "p1", goal="g", tasks=tasks)
+
+    def planner(request: ModelRequest) -> AiMessage:
+        if any(m.call_id == "p1" for m in tool_messages(request.messages)):
+            return AiMessage("the summary")
+        return AiMessage(tool_calls=[*naps("a", "b"), plan])
+
+    helper = Agent("helper", FunctionModel(lambda request: AiMessage("checked")))
+    root = Agent(
+        "planner",
+        FunctionModel(planner),
+        tools=[sleeper(ledger, 0.1)],
+        sub_agents=["helper"],
+        planning=AgentPlanningPolicy(),
+    )
+    runner = AgentRunner(
+        agent_loader=InMemoryAgentLoader([helper, root]),
+        policy=AgentExecutionPolicy(max_tool_concurrency=4),
+    )
+
+    # When the turn runs
+    turn = runner.run(root, "go")
+
+    # Then the two calls ran together, the plan's child ran, and the plan call was answered
+    assert turn.status is S.COMPLETED and turn.final_output == "the summary"
+    assert ledger.overlap("a", "b")
+    assert turn.state.task_plan is not None
+    assert turn.state.task_plan.tasks[0].status.value == "COMPLETED"
+    assert sorted(m.call_id for m in tool_messages(turn.messages)) == ["a", "b", "p1"]
+
+
+def test_a_turn_run_inside_a_concurrent_call_runs_its_own_calls_inline() -> None:
+    # Given a tool that runs a whole turn of another agent with two calls of its own
+    threads: dict[str, set[str]] = {"outer": set(), "inner": set()}
+
+    @tool
+    def probe(n: int) -> str:
+        """Notes its thread."""
+        threads["inner"].add(threading.current_thread().name)
+        return "probed"
+
+    def inner_model(request: ModelRequest) -> AiMessage:
+        if tool_messages(request.messages):
+            return AiMessage("inner done")
+        return AiMessage(tool_calls=[call("probe", "x", n=0), call("probe", "y", n=1)])
+
+    inner = Agent("inner", FunctionModel(inner_model), tools=[probe])
+    nested = runner_on(InMemoryAgentTurnStore(), 4)
+
+    @tool
+    def delegate(n: int) -> str:
+        """Runs a whole turn of another agent."""
+        threads["outer"].add(threading.current_thread().name)
+        time.sleep(0.1)  # both delegates hold a pool thread at once
+        return nested.run(inner, f"job {n}").final_output or ""
+
+    # When two such calls run concurrently
+    runner = runner_on(InMemoryAgentTurnStore(), 2)
+    calls = [call("delegate", i, n=k) for k, i in enumerate("ab")]
+    turn = runner.run(agent(Script(ask(*calls), then="done"), delegate), "go")
+
+    # Then each inner turn ran its calls on its own pool thread: the pool never waits on itself
+    assert turn.status is S.COMPLETED
+    assert [m.content for m in tool_messages(turn.messages)] == ["inner done", "inner done"]
+    assert len(threads["outer"]) == 2
+    assert threads["inner"] <= threads["outer"]
