@@ -318,10 +318,13 @@ class ToolBatch:
                 self._see_cancel()
 
     def _abandon(self) -> None:
-        """Leaving on an error: nothing more starts, running calls end, nothing is saved."""
+        """Leaving on an error: nothing more starts; nothing reads the running calls' results.
+
+        They are not waited for: a step cut short (a lost lease, a time limit) must not
+        hang on a call that never returns.
+        """
         for future in self.inflight:
             future.cancel()
-        wait(self.inflight)
         self.inflight.clear()
 
     # -- answering ------------------------------------------------------------------------------
