@@ -28,6 +28,7 @@ from runner_core import (
     ModelRequest,
     RetryPolicy,
     ToolErrorStrategy,
+    ToolTimeoutError,
     tool,
 )
 from tests.support.scripts import EventLog, Script, agent, ask, call, tool_messages
@@ -479,3 +480,31 @@ def test_a_turn_run_inside_a_concurrent_call_runs_its_own_calls_inline() -> None
     assert [m.content for m in tool_messages(turn.messages)] == ["inner done", "inner done"]
     assert len(threads["outer"]) == 2
     assert threads["inner"] <= threads["outer"]
+
+
+def test_a_timed_out_call_among_several_takes_the_failure_path() -> None:
+    # Given b times out (as invoke_tool reports it for timeout_behavior="fail") while a runs;
+    # the strategy would send an ordinary error to the model, never a timeout
+    ledger = Ledger()
+
+    @tool
+    def work(n: int) -> str:
+        """Times out for b."""
+        call_id = AgentToolContext.current().call_id
+        ledger.start(call_id)
+        if call_id == "b":
+            raise ToolTimeoutError("work", 1.0, retryable=False)
+        time.sleep(0.05)
+        return f"worked {n}"
+
+    runner = runner_on(
+        InMemoryAgentTurnStore(), 2, tool_error_strategy=ToolErrorStrategy.RETURN_ERROR_TO_MODEL
+    )
+    calls = [call("work", i, n=k) for k, i in enumerate("ab")]
+    turn = runner.run(agent(Script(ask(*calls), then="never"), work), "go")
+
+    # Then a's result is kept and the turn failed with the timeout
+    assert turn.status is S.FAILED
+    assert turn.state.error is not None and turn.state.error.type == "ToolTimeoutError"
+    answers = {m.call_id: m for m in tool_messages(turn.messages)}
+    assert answers["a"].content == "worked 0" and INTERRUPTED in answers["b"].content
