@@ -82,6 +82,7 @@ flower: $(STAMP)  ## Flower on the configured broker (FLOWER_PASSWORD required, 
 bench: $(STAMP) redis-check  ## Benchmarks (not tests): in-memory, Redis and fleet figures
 	@$(PY) -m benchmarks.step_bench
 	@$(PY) -m benchmarks.async_bench
+	@$(PY) -m benchmarks.tools_bench
 	@$(PY) -m benchmarks.redis_bench
 	@$(PY) -m benchmarks.sweep_bench
 	@$(PY) -m benchmarks.cluster_bench

@@ -35,12 +35,19 @@ def tokens_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, *, strict: bool)
     return None
 
 
-def tool_calls_exceeded(st: AgentTurnSnapshot, budget: AgentBudget) -> str | None:
-    """No tool call may run once ``max_tool_calls`` have run."""
+def tool_calls_exceeded(
+    st: AgentTurnSnapshot, budget: AgentBudget, in_flight: int = 0
+) -> str | None:
+    """No tool call may start once ``max_tool_calls`` have run or are running.
+
+    Calls in flight reserve their share: a batch starts only the calls that fit.
+    """
     limit = budget.max_tool_calls
-    if limit is not None and st.tool_call_count >= limit:
-        return f"max_tool_calls (used={st.tool_call_count}, limit={limit})"
-    return None
+    if limit is None or st.tool_call_count + in_flight < limit:
+        return None
+    if in_flight:
+        return f"max_tool_calls (used={st.tool_call_count}, running={in_flight}, limit={limit})"
+    return f"max_tool_calls (used={st.tool_call_count}, limit={limit})"
 
 
 def at_step_entry(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str | None:
@@ -55,6 +62,8 @@ def after_model(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str
     return duration_exceeded(st, budget, clock) or tokens_exceeded(st, budget, strict=True)
 
 
-def before_tool(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) -> str | None:
-    """Checked before each tool call."""
-    return duration_exceeded(st, budget, clock) or tool_calls_exceeded(st, budget)
+def before_tool(
+    st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock, *, in_flight: int = 0
+) -> str | None:
+    """Checked before each tool call starts (``in_flight``: calls of its batch running)."""
+    return duration_exceeded(st, budget, clock) or tool_calls_exceeded(st, budget, in_flight)

@@ -10,6 +10,7 @@ them, and only then do listeners get them (invariant 9). Provisional progress ev
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -85,6 +86,8 @@ class TurnKernel:
         self._chains: dict[int, tuple[Middleware, ...]] = {}
         self._rid_prefix = uuid.uuid4().hex[:16]
         self._rids = itertools.count()
+        #: Listeners hear one event at a time: concurrent tool calls emit from their threads.
+        self._deliver_lock = threading.RLock()
         #: Whether the store keeps committed events (then they are built even unheard).
         self.store_records_events = bool(getattr(store, "records_events", True))
 
@@ -111,11 +114,14 @@ class TurnKernel:
 
         The commit writes the waiting events before its SNAPSHOT_SAVED (what led to the
         save), or after it with ``after_save`` (its consequences). The caller decides, not
-        the type: the same type falls on either side depending on the path.
+        the type: the same type falls on either side depending on the path. Safe to call
+        from a tool's thread for provisional events (the step thread queues the others).
         """
         if type in PROVISIONAL:
             if self.bus.active:
-                self.bus.deliver(make_event(turn.state, type, data, attempt=attempt_of(turn)))
+                with self._deliver_lock:
+                    event = make_event(turn.state, type, data, attempt=attempt_of(turn))
+                    self.bus.deliver(event)
         elif self.bus.active or self.store_records_events:
             queue = turn.pending_after_save if after_save else turn.pending_events
             queue.append(make_event(turn.state, type, data))
@@ -205,9 +211,14 @@ class TurnKernel:
         if self.after_save is not None:
             self.after_save(turn)
         if self.bus.active:
-            for i, event in enumerate(commit.events):
-                self.bus.deliver(event.sequenced(result.first_sequence + i))
+            self._deliver(commit.events, result.first_sequence)
         return result
+
+    def _deliver(self, events: Sequence[AgentEvent], first_sequence: int) -> None:
+        """Committed events to listeners, numbered as the store numbered them."""
+        with self._deliver_lock:
+            for i, event in enumerate(events):
+                self.bus.deliver(event.sequenced(first_sequence + i))
 
     def _write(self, turn: AgentTurn, commit: Commit) -> SaveResult:
         """``store.commit``, again with the same request id while the store is unavailable.

@@ -2,7 +2,8 @@
 
 A step checks the cancel flag, ownership and limits, then (inside the step middleware)
 either asks the model once (phase MODEL) or works through the pending tool calls (phase
-TOOLS). Each phase returns an ``Outcome``; ``_apply`` turns it into saved state and events.
+TOOLS, run by ``toolbatch``, which says how it ended). Each phase returns an ``Outcome``;
+``_apply`` turns it into saved state and events.
 """
 
 from __future__ import annotations
@@ -14,35 +15,30 @@ from functools import partial
 from typing import assert_never
 
 from runner_core._engine import budget
-from runner_core._engine.calls import call_model, checked_message, invoke_tool, is_retryable
-from runner_core._engine.children import (
-    TaskStart,
-    is_plan_call,
-    planning_policy,
-    settle_children,
-    start_tasks,
-    store_plan,
-)
+from runner_core._engine.calls import call_model, checked_message, is_retryable
+from runner_core._engine.children import TaskStart, settle_children, start_tasks
 from runner_core._engine.kernel import EventSpec, TurnKernel
+from runner_core._engine.toolbatch import (
+    AskUser,
+    AwaitApproval,
+    CallFailed,
+    Cancelled,
+    OverBudget,
+    PlanFinished,
+    PlanStored,
+    ToolBatch,
+    ToolsDone,
+)
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
-from runner_core.messages import ToolCall, ToolMessage
-from runner_core.middleware import chain_model, chain_step, chain_tool
+from runner_core.messages import ToolCall
+from runner_core.middleware import chain_model, chain_step
 from runner_core.models.base import ModelRequest
-from runner_core.models.function import INVALID_ARGUMENTS_KEY
-from runner_core.planning import UPDATE_PLAN, TaskStatus, plan_result
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, SuspensionType
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
 from runner_core.status import move
-from runner_core.tools import (
-    ApprovalDecision,
-    InvalidToolArguments,
-    Tool,
-    ToolCallAbortedError,
-    error_content,
-)
 from runner_core.turn import AgentStepResult, AgentTurn
 
 
@@ -216,163 +212,27 @@ class _Step:
 
     # -- phase TOOLS --------------------------------------------------------------------
     def _tools(self) -> Outcome:
-        st = self.st
-        while st.pending_tool_calls:
-            outcome = self._call(st.pending_tool_calls[0])
-            if outcome is not None:
-                return outcome
-            if st.cancel_requested:
+        batch = ToolBatch(self.k, self.turn, self.policy, self.result, guarded=self.guarded)
+        match batch.run():
+            case ToolsDone():
+                self.st.phase = Phase.MODEL
+                return Continue()
+            case PlanStored(events=events):
+                return Continue(events)  # the plan's tasks start at the next step's entry
+            case PlanFinished():
+                return Finish(Status.COMPLETED)
+            case AskUser(call=call, ask=ask):
+                return _ask_user(call, ask)
+            case AwaitApproval(calls=calls):
+                return _ask_approval(calls)
+            case CallFailed(error=error):
+                return self._failure(error, Phase.TOOLS)
+            case Cancelled():
                 return Finish(Status.CANCELLED, self.k.cancellation_reason(self.turn))
-        st.phase = Phase.MODEL
-        return Continue()
-
-    def _call(self, call: ToolCall) -> Outcome | None:
-        st, turn = self.st, self.turn
-        if is_plan_call(turn, call):
-            return self._plan_call(call)
-        tool = turn.agent.tools.get(call.name)
-        if tool is None:
-            known = ", ".join(sorted(turn.agent.tools)) or "none"
-            return self._refuse(
-                call, "unknown_tool", f"unknown tool {call.name!r} (available: {known})"
-            )
-        if INVALID_ARGUMENTS_KEY in call.arguments:
-            raw = str(call.arguments[INVALID_ARGUMENTS_KEY])[:200]
-            return self._refuse(
-                call, "invalid_arguments", f"arguments are not a JSON object: {raw}"
-            )
-        try:
-            tool.validate(call.arguments)
-        except InvalidToolArguments as exc:
-            return self._refuse(call, "invalid_arguments", str(exc))
-        if call.id in st.rejected_calls:
-            return self._refuse(call, "tool_rejected", st.rejected_calls[call.id])
-        approved = call.id in st.approved_call_ids
-        decision = ApprovalDecision.ALLOW if approved else tool.approval(turn, call)
-        if decision is ApprovalDecision.DENY:
-            return self._refuse(call, "tool_denied", f"tool {call.name!r} is not allowed here")
-        if decision is ApprovalDecision.REQUIRE:
-            return Suspend(
-                Status.WAITING_FOR_APPROVAL,
-                Suspension(
-                    type=SuspensionType.TOOL_APPROVAL,
-                    correlation_id=call.id,
-                    message=f"approve {call.name}?",
-                    resume_phase=Phase.TOOLS,
-                    metadata={"tool": call.name, "arguments": call.arguments},
-                ),
-                E.TOOL_APPROVAL_REQUESTED,
-            )
-        if reason := budget.before_tool(st, self.policy.budget, self.k.store.now):
-            return Finish(Status.BUDGET_EXCEEDED, reason)
-        return self._execute(tool, call)
-
-    def _plan_call(self, call: ToolCall) -> Outcome | None:
-        plan = self.st.task_plan
-        if plan is None or plan.call_id != call.id:
-            reason = store_plan(self.turn, call)
-            if reason:
-                return self._refuse(call, "invalid_plan", reason)
-            kind = E.PLAN_UPDATED if call.name == UPDATE_PLAN else E.PLAN_CREATED
-            assert self.st.task_plan is not None
-            return Continue(((kind, {"plan": self.st.task_plan.model_dump(mode="json")}),))
-        content = plan_result(plan)
-        self.k.emit(
-            self.turn,
-            E.TOOL_COMPLETED,
-            call_id=call.id,
-            tool=call.name,
-            is_error=False,
-            content=content[:500],
-        )
-        self._answer(call, ToolMessage(call_id=call.id, name=call.name, content=content))
-
-        policy = planning_policy(self.turn)
-        done = all(t.status is TaskStatus.COMPLETED for t in plan.tasks)
-        if policy and not policy.final_summary and done and not self.st.pending_tool_calls:
-            self.st.final_output = "\n\n".join(t.result or "" for t in plan.tasks)
-            return Finish(Status.COMPLETED)
-        return None
-
-    def _execute(self, tool: Tool, call: ToolCall) -> Outcome | None:
-        st, turn, k = self.st, self.turn, self.k
-        if not self.guarded:
-            k.guard(turn)
-            if st.cancel_requested:
-                return Finish(Status.CANCELLED, k.cancellation_reason(turn))
-        self.guarded = False
-        k.emit(turn, E.TOOL_STARTED, call_id=call.id, tool=call.name, arguments=call.arguments)
-        try:
-            invoke = partial(invoke_tool, k, turn, tool)
-            message = chain_tool(k.middleware(turn), turn, invoke)(call)
-        except UserInputRequested as ask:
-            return _ask_user(call, ask)
-        except InvalidToolArguments as exc:
-            return self._refuse(call, "invalid_arguments", str(exc))
-        except Exception as exc:
-            if isinstance(exc, _INFRA_ERRORS):
-                raise
-            return self._tool_failed(call, exc)
-        st.tool_call_count += 1
-        k.emit(
-            turn,
-            E.TOOL_FAILED if message.is_error else E.TOOL_COMPLETED,
-            call_id=call.id,
-            tool=call.name,
-            is_error=message.is_error,
-            content=message.content[:500],
-        )
-        return self._answer(call, message)
-
-    def _tool_failed(self, call: ToolCall, exc: Exception) -> Outcome | None:
-        """A tool raised: its error goes back to the model, or fails the step, by policy.
-
-        A ``ToolTimeoutError`` reaches here only for ``timeout_behavior`` retry or fail
-        (the default behaviour answers the model inside the call): it never goes back.
-        """
-        self.k.emit(
-            self.turn,
-            E.TOOL_FAILED,
-            call_id=call.id,
-            tool=call.name,
-            error=ErrorInfo.of(exc).model_dump(),
-        )
-        to_model = self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL"
-        if to_model and not isinstance(exc, ToolCallAbortedError):
-            content = error_content("tool_error", str(exc), exception=type(exc).__name__)
-            return self._answer(
-                call, ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
-            )
-        self.result.error = exc
-        return self._failure(exc, Phase.TOOLS)
-
-    def _refuse(self, call: ToolCall, kind: str, message: str) -> Outcome | None:
-        self.k.emit(
-            self.turn,
-            E.TOOL_FAILED,
-            call_id=call.id,
-            tool=call.name,
-            error={"type": kind, "message": message},
-        )
-        content = error_content(kind, message, tool=call.name)
-        return self._answer(
-            call, ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
-        )
-
-    def _answer(self, call: ToolCall, message: ToolMessage) -> Outcome | None:
-        st = self.st
-        st.messages.append(message)
-        st.pending_tool_calls.pop(0)
-        if call.id in st.approved_call_ids:
-            st.approved_call_ids.remove(call.id)
-        st.rejected_calls.pop(call.id, None)
-        st.submitted_inputs.pop(call.id, None)
-        self.result.tool_messages.append(message)
-        if st.pending_tool_calls:
-            self._apply(Checkpoint(), in_step=False)  # saved before the next call runs
-        else:
-            st.phase = Phase.MODEL  # saved by the step's last save, right after
-        return None
+            case OverBudget(reason=reason):
+                return Finish(Status.BUDGET_EXCEEDED, reason)
+            case end:
+                assert_never(end)
 
     # -- failures and outcomes -----------------------------------------------------------
     def _failure(self, exc: Exception, phase: Phase) -> Outcome:
@@ -467,6 +327,27 @@ def may_step(st: AgentTurnSnapshot, now: float) -> bool:
     if st.status is Status.WAITING_FOR_CHILD:
         return st.all_children_reported()
     return st.status is Status.RETRY_SCHEDULED and (st.next_runnable_at or 0.0) <= now
+
+
+def _ask_approval(calls: tuple[ToolCall, ...]) -> Suspend:
+    """Calls need approval: the turn waits once for all of them, to resume in TOOLS.
+
+    The first call's tool and arguments stay where a single approval kept them; ``calls``
+    lists every waiting call.
+    """
+    first = calls[0]
+    listed = [{"call_id": c.id, "tool": c.name, "arguments": c.arguments} for c in calls]
+    return Suspend(
+        Status.WAITING_FOR_APPROVAL,
+        Suspension(
+            type=SuspensionType.TOOL_APPROVAL,
+            correlation_id=first.id,
+            message=f"approve {first.name}?",
+            resume_phase=Phase.TOOLS,
+            metadata={"tool": first.name, "arguments": first.arguments, "calls": listed},
+        ),
+        E.TOOL_APPROVAL_REQUESTED,
+    )
 
 
 def _ask_user(call: ToolCall, ask: UserInputRequested) -> Suspend:

@@ -47,6 +47,9 @@ def test_approval_from_a_second_runner_runs_the_side_effect_once(
     assert suspension.metadata == {
         "tool": "refund",
         "arguments": {"order_id": "1001", "amount": 20.0},
+        "calls": [
+            {"call_id": "r1", "tool": "refund", "arguments": {"order_id": "1001", "amount": 20.0}}
+        ],
     }
     assert ledger == []
 

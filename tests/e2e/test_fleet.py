@@ -23,6 +23,7 @@ from tests.support.servers import Fleet, RedisServer, free_port
 
 pytestmark = pytest.mark.e2e
 
+
 def tool_results(s: AgentTurnSnapshot) -> list[str]:
     return [m.content for m in s.messages if isinstance(m, ToolMessage)]
 

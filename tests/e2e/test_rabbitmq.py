@@ -31,6 +31,7 @@ pytestmark = pytest.mark.e2e
 
 WAITING = {AgentTurnStatus.WAITING_FOR_APPROVAL, AgentTurnStatus.WAITING_FOR_USER}
 
+
 def _drive(runner: AgentRunner, turn_ids: list[str], timeout: float) -> dict[str, Any]:
     """Like ``test_fleet.drive``, with a light status read first.
 

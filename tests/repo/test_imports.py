@@ -375,6 +375,4 @@ def test_a_name_left_out_of_all_is_caught(tmp_path: Path) -> None:
             "pkg/user.py": "from pkg import Public, private\n",
         },
     )
-    assert unexported(graph, ["pkg.user"], ["pkg"]) == [
-        "pkg.user takes pkg.private  pkg/user.py:1"
-    ]
+    assert unexported(graph, ["pkg.user"], ["pkg"]) == ["pkg.user takes pkg.private  pkg/user.py:1"]

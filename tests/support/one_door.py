@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +59,8 @@ S = AgentTurnStatus
 E = AgentEventType
 LEASE_SECONDS = 0.4
 WORKERS = ("worker-a", "worker-b")
+#: The actor a thread works for; a context variable, so concurrent tool calls inherit it.
+ACTOR: ContextVar[str] = ContextVar("one_door_actor", default="?")
 
 
 @dataclass
@@ -67,11 +71,30 @@ class World:
     asked: list[tuple[str, str]] = field(default_factory=list)  # model call, lease id
     violations: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    actor: threading.local = field(default_factory=threading.local)
+    #: Calls running now, and the crashes of a worker while some of its calls ran.
+    in_flight: dict[str, int] = field(default_factory=dict)
+    crashes_in_flight: int = 0
+    #: The store the fan-out tool reads to see whether its call was answered already.
+    reader: AgentTurnStore | None = None
 
     def ran(self, call_id: str, outcome: str) -> None:
         with self.lock:
-            self.runs.append((call_id, getattr(self.actor, "name", "?"), outcome))
+            self.runs.append((call_id, ACTOR.get(), outcome))
+
+    def fetch_started(self, turn_id: str, call_id: str) -> None:
+        """A fan-out call starts: it must not have been answered (committed) before."""
+        assert self.reader is not None
+        answered = {
+            m.call_id for m in self.reader.load(turn_id).messages if isinstance(m, ToolMessage)
+        }
+        with self.lock:
+            if call_id in answered:
+                self.violations.append(f"committed call {call_id} ran again ({ACTOR.get()})")
+            self.in_flight[ACTOR.get()] = self.in_flight.get(ACTOR.get(), 0) + 1
+
+    def fetch_ended(self) -> None:
+        with self.lock:
+            self.in_flight[ACTOR.get()] -= 1
 
 
 class Asked(Middleware):
@@ -161,6 +184,7 @@ def agents(world: World) -> list[Agent]:
 
     asked = [Asked(world)]
     return [
+        fanout_agent(world, asked),
         Agent("payer", FunctionModel(payer), tools=[charge, refund], middleware=asked),
         Agent(
             "planner",
@@ -173,6 +197,34 @@ def agents(world: World) -> list[Agent]:
     ]
 
 
+#: How many calls the fan-out agent's one response makes (all run at once).
+FANOUT = 4
+
+
+def fanout_agent(world: World, middleware: Sequence[Middleware]) -> Agent:
+    """One response with ``FANOUT`` calls of a short I/O tool, all run concurrently."""
+
+    @tool
+    def fetch(n: int) -> str:
+        """Fetch a page (takes a little longer for a higher ``n``)."""
+        ctx = AgentToolContext.current()
+        world.fetch_started(ctx.turn_id, ctx.call_id)
+        try:
+            time.sleep(0.002 * (n + 1))
+        finally:
+            world.fetch_ended()
+        world.ran(ctx.call_id, "ok")
+        return f"fetched {n}"
+
+    def fanout(request: ModelRequest) -> AiMessage:
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            return AiMessage("fetched them all")
+        calls = [ToolCall(id=f"f{i}", name="fetch", arguments={"n": i}) for i in range(FANOUT)]
+        return AiMessage(tool_calls=calls)
+
+    return Agent("fanout", FunctionModel(fanout), tools=[fetch], middleware=middleware)
+
+
 POLICY = AgentExecutionPolicy(
     lease_seconds=LEASE_SECONDS, retry=RetryPolicy(max_retries=3, initial_delay=0.0)
 )
@@ -182,7 +234,7 @@ CLAIMS = ("store.claim", "store.claim_runnable")
 
 
 def faults(
-    crash_rate: float, blip_rate: float, late_rate: float
+    crash_rate: float, blip_rate: float, late_rate: float, world: World | None = None
 ) -> Callable[[str, str, random.Random], Fault | None]:
     """Workers die at store calls and lose replies; other actors only see blips.
 
@@ -194,6 +246,8 @@ def faults(
         if not label.startswith("store."):
             return None
         if actor in WORKERS and rng.random() < crash_rate:
+            if world is not None and world.in_flight.get(actor, 0) > 0:
+                world.crashes_in_flight += 1
             return Crash()
         if actor in WORKERS and label in CLAIMS and rng.random() < late_rate:
             return Delay(LEASE_SECONDS * 1.1)
@@ -224,7 +278,7 @@ class Actors:
         self.chain = False
 
     def runner(self, name: str) -> AgentRunner:
-        self.world.actor.name = name
+        ACTOR.set(name)
         store = self.sched.wrap(Audited(self.make_store(), self.world), "store")
         return AgentRunner(turn_store=store, agent_loader=self.loader, policy=POLICY)  # type: ignore[arg-type]
 
@@ -298,16 +352,24 @@ def run_schedule(
     crash_rate: float,
     blip_rate: float,
     late_rate: float = 0.0,
+    kind: str | None = None,
 ) -> tuple[Report, World, str, AgentTurnStore]:
-    """One schedule: start a turn, let the actors loose, then take the tree to its end."""
+    """One schedule: start a turn, let the actors loose, then take the tree to its end.
+
+    ``kind``: the agent (default: the payer or the planner, by the seed); the fan-out
+    agent's calls run ``FANOUT`` at a time.
+    """
     rng = random.Random(seed)
     world = World()
     loader = InMemoryAgentLoader(agents(world))
-    sched = Scheduler(seed, faults=faults(crash_rate, blip_rate, late_rate))
+    sched = Scheduler(seed, faults=faults(crash_rate, blip_rate, late_rate, world))
     plain = make_store()
+    world.reader = plain
     starter = AgentRunner(turn_store=plain, agent_loader=loader, policy=POLICY)
-    kind = rng.choice(["payer", "planner"])
-    root = starter.start(kind, "go", options=AgentTurnOptions(policy=POLICY)).id
+    kind = kind or rng.choice(["payer", "planner"])
+    policy = POLICY.model_copy(update={"max_tool_concurrency": FANOUT})
+    options = AgentTurnOptions(policy=policy if kind == "fanout" else POLICY)
+    root = starter.start(kind, "go", options=options).id
     actors = Actors(sched, world, make_store, loader, root)
     actors.chain = rng.random() < 0.5
     for name in WORKERS:
@@ -345,9 +407,9 @@ def finish(store: AgentTurnStore, loader: InMemoryAgentLoader, root: str) -> Non
     raise AssertionError(f"turn {root} did not end: {store.load(root).status}")
 
 
-def check(report: Report, world: World, root: str, store: AgentTurnStore) -> list[str]:
-    """Every invariant; the list of what broke (empty when all hold)."""
-    problems = list(world.violations)
+def tool_runs(report: Report, world: World) -> list[str]:
+    """Tool calls that ran more often than deaths allow."""
+    problems: list[str] = []
     # no tool call runs twice unless the process running it died before its result was saved
     ok: dict[str, list[str]] = {}
     for call_id, actor, outcome in world.runs:
@@ -357,6 +419,17 @@ def check(report: Report, world: World, root: str, store: AgentTurnStore) -> lis
         survivors = [a for a in actors if a not in report.crashed]
         if len(survivors) > 1 or len(actors) > 1 + len(set(actors) & report.crashed):
             problems.append(f"tool call {call_id} ran {len(actors)} times: {actors}")
+    # a worker that dies re-runs at most the calls it had in flight: FANOUT at most
+    twice = [c for c, actors in ok.items() if len(actors) > 1]
+    deaths = len(report.crashed & set(WORKERS))
+    if len(twice) > FANOUT * deaths:
+        problems.append(f"{len(twice)} calls ran twice after {deaths} deaths: {twice}")
+    return problems
+
+
+def check(report: Report, world: World, root: str, store: AgentTurnStore) -> list[str]:
+    """Every invariant; the list of what broke (empty when all hold)."""
+    problems = list(world.violations) + tool_runs(report, world)
     # one holding of a lease never asks the model the same thing twice; under a new lease
     # it may (the old one ran out, or its step gave up and released it)
     asked = [(key, lease) for key, lease in world.asked if lease != "-"]
