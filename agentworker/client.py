@@ -3,8 +3,9 @@
     client = AgentworkerClient("http://localhost:8000", token="...")
     turn = client.start("order-support", "Where is order 42?", turn_id="order-42-q1")
     turn = client.wait(turn.id)                      # until it blocks or ends
-    if turn.status == "WAITING_FOR_APPROVAL":
-        client.approve(turn.id, turn.suspension["correlation_id"], reason="ok")
+    if turn.status == "WAITING_FOR_APPROVAL":        # every call of a response at once
+        waiting = [c["call_id"] for c in turn.suspension["waiting_calls"]]
+        client.approve_tools(turn.id, waiting)       # or reject_tools({id: reason})
 
 With ``secret=`` instead of ``token=``, writes are signed (Standard Webhooks, bound to the
 method and path). Errors raise ``HttpApiError`` with the status, the error's type, message
@@ -18,7 +19,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -146,11 +147,19 @@ class AgentworkerClient:
         data: str | Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         request_id: str | None = None,
+        call_ids: Iterable[str] | None = None,
+        reasons: Mapping[str, str] | None = None,
     ) -> TurnView:
         """``POST /turns/{id}/resume`` with one of the resume commands."""
-        body: dict[str, Any] = {"command": command, "reason": reason}
+        body: dict[str, Any] = {"command": command}
+        if reason:
+            body["reason"] = reason
         if call_id is not None:
             body["call_id"] = call_id
+        if call_ids is not None:
+            body["call_ids"] = list(call_ids)
+        if reasons is not None:
+            body["reasons"] = dict(reasons)
         if data is not None:
             body["data"] = data if isinstance(data, str) else dict(data)
         if metadata:
@@ -165,6 +174,18 @@ class AgentworkerClient:
     def reject(self, turn_id: str, call_id: str, reason: str) -> TurnView:
         """Reject the waiting tool call, telling the model why."""
         return self.resume(turn_id, "reject_tool", call_id=call_id, reason=reason)
+
+    def approve_tools(
+        self, turn_id: str, call_ids: Iterable[str], request_id: str | None = None
+    ) -> TurnView:
+        """Approve some or all of the calls the turn waits on (the others keep it waiting)."""
+        return self.resume(turn_id, "approve_tools", call_ids=call_ids, request_id=request_id)
+
+    def reject_tools(
+        self, turn_id: str, reasons: Mapping[str, str], request_id: str | None = None
+    ) -> TurnView:
+        """Reject some or all of the calls the turn waits on, each with what the model hears."""
+        return self.resume(turn_id, "reject_tools", reasons=reasons, request_id=request_id)
 
     def cancel(self, turn_id: str, reason: str | None = None) -> TurnView:
         """``POST /turns/{id}/cancel``."""

@@ -246,7 +246,8 @@ class AgentRunner:
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
         turn = self._apply_resume(turn_id, command)
-        self.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
+        if turn.status is not AgentTurnStatus.WAITING_FOR_APPROVAL:  # else: a partial answer
+            self.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
         return turn
 
     def _apply_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
@@ -261,9 +262,8 @@ class AgentRunner:
             return self._child_completed(turn, command)
         if turn.status is AgentTurnStatus.WAITING_FOR_CHILD:
             turn = self._blocked_descendant(turn, command)
-        apply_resume(turn.state, command, self.store.now())
-        resumed = command.kind.value
-        self.kernel.emit(turn, AgentEventType.TURN_RESUMED, after_save=True, command=resumed)
+        event, data = apply_resume(turn.state, command, self.store.now())
+        self.kernel.emit(turn, event, after_save=True, **data)
         try:
             self.kernel.commit(turn)
         finally:

@@ -37,6 +37,7 @@ from runner_core import (
     AgentTurnStatus,
     AgentWorkerError,
 )
+from runner_core.resume import waiting_calls
 
 app = typer.Typer(help="Operate agentworker turns on the configured Redis.", no_args_is_help=True)
 turns = typer.Typer(
@@ -256,36 +257,68 @@ def tail(
 @one_line_errors
 def resume(
     turn_id: str,
-    approve: Annotated[str | None, typer.Option(help="Approve this tool call id.")] = None,
-    reject: Annotated[str | None, typer.Option(help="Reject this tool call id.")] = None,
-    reason: Annotated[str, typer.Option(help="Why the call is rejected.")] = "",
+    approve: Annotated[
+        list[str] | None, typer.Option(help="Approve this tool call id (repeatable).")
+    ] = None,
+    reject: Annotated[
+        list[str] | None, typer.Option(help="Reject this tool call id (repeatable).")
+    ] = None,
+    approve_all: Annotated[
+        bool, typer.Option("--approve-all", help="Approve every call the turn waits on.")
+    ] = False,
+    reason: Annotated[str, typer.Option(help="Why the calls are rejected.")] = "",
     input: Annotated[str | None, typer.Option("--input", help="User input: JSON or text.")] = None,  # noqa: A002
     call: Annotated[str | None, typer.Option(help="The call id the input is for.")] = None,
     retry: Annotated[bool, typer.Option("--continue", help="Run a scheduled retry now.")] = False,
     by: Annotated[str | None, typer.Option(help="Who resumes (saved as audit metadata).")] = None,
 ) -> None:
-    """Resume a blocked turn (a worker then runs it)."""
-    chosen = [x for x in (approve, reject, input, retry or None) if x]
+    """Resume a blocked turn (a worker then runs it); calls left unanswered keep it waiting."""
+    chosen = [x for x in (approve, reject, approve_all or None, input, retry or None) if x]
     if len(chosen) != 1:
-        raise fail("give exactly one of --approve, --reject, --input, --continue")
-    if approve:
-        command = AgentResumeCommand.approve_tool(approve)
-    elif reject:
-        command = AgentResumeCommand.reject_tool(reject, reason)
-    elif input is not None:
-        command = AgentResumeCommand.user_input(_json_or_text(input), call)
-    else:
-        command = AgentResumeCommand.continue_turn()
-    if by:
-        command = command.with_metadata(by=by)
+        raise fail("give exactly one of --approve, --reject, --approve-all, --input, --continue")
     runner = _runner()
     before = runner.store.load(turn_id)
     if before.status.is_terminal:
         raise nothing_to_do(f"turn {turn_id} already ended ({before.status.value})")
+    command = _resume_command(before, approve, reject, approve_all, reason, input, call)
+    if by:
+        command = command.with_metadata(by=by)
     turn = runner.submit_resume(turn_id, command)
     if turn.id == before.id and turn.state.version == before.version:
         raise nothing_to_do(f"turn {turn_id} is {turn.status.value}; the resume changed nothing")
-    console.print(f"{turn.id}: {status_markup(turn.status)} (v{turn.state.version})")
+    left = ", ".join(c["call_id"] for c in waiting_calls(turn.state))
+    console.print(
+        f"{turn.id}: {status_markup(turn.status)} (v{turn.state.version})"
+        + (f" still waiting on {escape(left)}" if left else "")
+    )
+
+
+def _resume_command(
+    before: AgentTurnSnapshot,
+    approve: list[str] | None,
+    reject: list[str] | None,
+    approve_all: bool,
+    reason: str,
+    input: str | None,  # noqa: A002
+    call: str | None,
+) -> AgentResumeCommand:
+    """The command the options of ``turns resume`` ask for (one of them is given)."""
+    if approve_all:
+        waiting = [c["call_id"] for c in waiting_calls(before)]
+        if not waiting:
+            raise fail(f"turn {before.id} waits on no tool call ({before.status.value})")
+        return AgentResumeCommand.approve_tools(waiting)
+    if approve:
+        if len(approve) == 1:
+            return AgentResumeCommand.approve_tool(approve[0])
+        return AgentResumeCommand.approve_tools(approve)
+    if reject:
+        if len(reject) == 1:
+            return AgentResumeCommand.reject_tool(reject[0], reason)
+        return AgentResumeCommand.reject_tools(dict.fromkeys(reject, reason))
+    if input is not None:
+        return AgentResumeCommand.user_input(_json_or_text(input), call)
+    return AgentResumeCommand.continue_turn()
 
 
 def _json_or_text(value: str) -> str | dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -50,11 +50,22 @@ def _one_line(command: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def _what(turn: TurnView) -> str:
-    metadata = (turn.suspension or {}).get("metadata", {})
+def _calls(turn: TurnView) -> list[dict[str, Any]]:
+    """The calls a turn waiting for approval has not had answered yet."""
+    return list((turn.suspension or {}).get("waiting_calls") or [])
+
+
+def _rows(turn: TurnView) -> list[tuple[str, str]]:
+    """(call id, what) per waiting call: a turn waiting on three approvals is three rows."""
+    suspension = turn.suspension or {}
     if turn.status == "WAITING_FOR_APPROVAL":
-        return f"{metadata.get('tool')}({json.dumps(metadata.get('arguments', {}))})"
-    return f"{metadata.get('tool')}: {(turn.suspension or {}).get('message', '')}"
+        return [
+            (str(c.get("call_id")), f"{c.get('tool')}({json.dumps(c.get('arguments', {}))})")
+            for c in _calls(turn)
+        ]
+    metadata = suspension.get("metadata", {})
+    what = f"{metadata.get('tool')}: {suspension.get('message', '')}"
+    return [(str(suspension.get("correlation_id") or ""), what)]
 
 
 @remote.command("inbox")
@@ -64,7 +75,7 @@ def inbox(
     token: Token = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
-    """What waits for a person: turn, agent, call id, tool and arguments (or the prompt)."""
+    """What waits for a person: turn, agent, each call id with its tool and arguments."""
     client = AgentworkerClient(url, token=token)
     waiting = [t for status in WAITING for t in client.iter_turns(status=status)]
     if as_json:
@@ -75,37 +86,71 @@ def inbox(
     for name in ("agent", "waits for", "call", "what"):
         table.add_column(name)
     for t in waiting:
-        call = (t.suspension or {}).get("correlation_id", "")
-        table.add_row(t.id, t.agent_id, t.status, call, escape(_what(t)))
+        for call, what in _rows(t):
+            table.add_row(t.id, t.agent_id, t.status, call, escape(what))
     console.print(table)
+
+
+CallIds = Annotated[
+    list[str] | None, typer.Argument(help="The call ids to answer (see inbox).", show_default=False)
+]
+
+
+def _chosen(client: AgentworkerClient, turn_id: str, call_ids: list[str], every: bool) -> list[str]:
+    """The call ids named, or with ``--all`` every call the turn still waits on."""
+    if every == bool(call_ids):
+        errors.print("error: name the call ids or give --all (not both)")
+        raise typer.Exit(2)
+    if not every:
+        return call_ids
+    turn = client.get(turn_id)
+    if not (waiting := [str(c["call_id"]) for c in _calls(turn)]):
+        errors.print(f"error: turn {turn_id} waits on no tool call ({turn.status})")
+        raise typer.Exit(1)
+    return waiting
+
+
+def _done(turn: TurnView) -> None:
+    left = ", ".join(str(c.get("call_id")) for c in _calls(turn))
+    console.print(f"{turn.id}: {turn.status}" + (f" (still waiting on {left})" if left else ""))
 
 
 @remote.command("approve")
 @_one_line
 def approve(
     turn_id: str,
-    call_id: str,
+    call_ids: CallIds = None,
+    every: Annotated[bool, typer.Option("--all", help="Every call still waiting.")] = False,
     reason: Annotated[str, typer.Option(help="Saved on the turn's resume log.")] = "",
     url: Url = "http://127.0.0.1:8000",
     token: Token = "",
 ) -> None:
-    """Approve the waiting tool call."""
-    turn = AgentworkerClient(url, token=token).approve(turn_id, call_id, reason)
-    console.print(f"{turn.id}: {turn.status}")
+    """Approve waiting tool calls: one, several, or --all (the others keep it waiting)."""
+    client = AgentworkerClient(url, token=token)
+    chosen = _chosen(client, turn_id, call_ids or [], every)
+    if len(chosen) == 1 and not every:
+        _done(client.approve(turn_id, chosen[0], reason))
+    else:
+        _done(client.approve_tools(turn_id, chosen))
 
 
 @remote.command("reject")
 @_one_line
 def reject(
     turn_id: str,
-    call_id: str,
     reason: Annotated[str, typer.Option(help="Told to the model.")],
+    call_ids: CallIds = None,
+    every: Annotated[bool, typer.Option("--all", help="Every call still waiting.")] = False,
     url: Url = "http://127.0.0.1:8000",
     token: Token = "",
 ) -> None:
-    """Reject the waiting tool call, telling the model why."""
-    turn = AgentworkerClient(url, token=token).reject(turn_id, call_id, reason)
-    console.print(f"{turn.id}: {turn.status}")
+    """Reject waiting tool calls (one, several, or --all), telling the model why."""
+    client = AgentworkerClient(url, token=token)
+    chosen = _chosen(client, turn_id, call_ids or [], every)
+    if len(chosen) == 1 and not every:
+        _done(client.reject(turn_id, chosen[0], reason))
+    else:
+        _done(client.reject_tools(turn_id, dict.fromkeys(chosen, reason)))
 
 
 @remote.command("wait")

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, SuspensionType
+from runner_core.resume import waiting_calls
 from stores.redis import TurnSummary
 
 
@@ -43,7 +44,9 @@ def waiting_for(snapshot: AgentTurnSnapshot | None) -> str:
     s = snapshot.suspension
     meta = s.metadata
     if s.type is SuspensionType.TOOL_APPROVAL:
-        return f"approval of {meta.get('tool', '?')}({_arguments(meta.get('arguments', {}))})"
+        calls = waiting_calls(snapshot)
+        shown = ", ".join(f"{c['tool']}({_arguments(c.get('arguments', {}))})" for c in calls)
+        return f"approval of {shown}" if len(calls) < 2 else f"approval of {len(calls)}: {shown}"
     if s.type is SuspensionType.USER_INPUT:
         return f"input for {meta.get('tool', '?')}: {s.message}"
     if s.type is SuspensionType.CHILD:
@@ -95,13 +98,14 @@ def suspension_json(snapshot: AgentTurnSnapshot | None) -> dict[str, Any] | None
     """The suspension with its details (tool and arguments, form schema, child ids)."""
     if snapshot is None or snapshot.suspension is None:
         return None
-    s = snapshot.suspension
+    s, approval = snapshot.suspension, SuspensionType.TOOL_APPROVAL
     return {
         "type": s.type.value,
         "correlation_id": s.correlation_id,
         "message": s.message,
         "metadata": s.metadata,
         "next_runnable_at": snapshot.next_runnable_at,
+        **({"waiting_calls": waiting_calls(snapshot)} if s.type is approval else {}),
     }
 
 
@@ -147,13 +151,18 @@ def turn_label(s: AgentTurnSnapshot) -> str:
             f" [dim]({s.suspension.correlation_id or ''})[/]"
         )
         if s.suspension.type is SuspensionType.TOOL_APPROVAL:
-            meta = s.suspension.metadata
-            arguments = json.dumps(meta.get("arguments", {}), indent=2, sort_keys=True)
-            label += f"\n  tool {escape(str(meta.get('tool', '?')))} with arguments:\n" + "\n".join(
-                "    " + escape(line) for line in arguments.splitlines()
-            )
+            label += "".join(_call_label(call) for call in waiting_calls(s))
     if s.cancel_requested and not s.status.is_terminal:
         label += "\n  cancellation requested"
     if s.terminal_reason:
         label += f"\n  reason: {escape(s.terminal_reason)}"
     return label
+
+
+def _call_label(call: dict[str, Any]) -> str:
+    """A call waiting for approval: its tool, id and arguments, one per line."""
+    arguments = json.dumps(call.get("arguments", {}), indent=2, sort_keys=True)
+    head = f"\n  call {escape(str(call['call_id']))}: tool {escape(str(call.get('tool', '?')))}"
+    return f"{head} with arguments:\n" + "\n".join(
+        "    " + escape(line) for line in arguments.splitlines()
+    )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentworker.http.errors import ApiError
-from runner_core import AgentResumeCommand, AgentTurnSnapshot, AgentTurnStatus
+from runner_core import AgentResumeCommand, AgentTurnSnapshot, AgentTurnStatus, SuspensionType
 from runner_core.errors import PayloadTooLargeError
+from runner_core.resume import waiting_calls
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -18,6 +19,10 @@ Body = TypeVar("Body", bound=BaseModel)
 TURN_ID_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
 #: The ``target`` of a signed body (``"POST /turns/x/resume"``, see auth.py).
 TARGET_DOC = "Signed calls only: the request's method and path, e.g. 'POST /turns'."
+#: The most calls one ``approve_tools`` or ``reject_tools`` body may answer.
+MAX_CALLS_ANSWERED = 100
+CallId = Annotated[str, Field(min_length=1, max_length=256)]
+Reason = Annotated[str, Field(max_length=10_000)]
 
 
 @dataclass(frozen=True)
@@ -61,13 +66,27 @@ class StartBody(BaseModel):
 
 
 class ResumeBody(BaseModel):
-    """``POST /turns/{id}/resume``: one of the resume commands of API.md."""
+    """``POST /turns/{id}/resume``: one of the resume commands (docs/http.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    command: Literal["approve_tool", "reject_tool", "user_input", "continue_turn", "retry"]
+    command: Literal[
+        "approve_tool",
+        "reject_tool",
+        "approve_tools",
+        "reject_tools",
+        "user_input",
+        "continue_turn",
+        "retry",
+    ]
     call_id: str | None = None
     reason: str = Field(default="", max_length=10_000)
+    #: ``approve_tools``: the waiting calls to approve.
+    call_ids: list[CallId] | None = Field(default=None, min_length=1, max_length=MAX_CALLS_ANSWERED)
+    #: ``reject_tools``: the waiting calls to reject, each with what the model hears.
+    reasons: dict[CallId, Reason] | None = Field(
+        default=None, min_length=1, max_length=MAX_CALLS_ANSWERED
+    )
     data: str | dict[str, Any] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     target: str | None = Field(default=None, description=TARGET_DOC)
@@ -82,13 +101,16 @@ class ResumeBody(BaseModel):
 
     def to_command(self) -> AgentResumeCommand:
         """The runner's command; 422 when a field the command needs is missing."""
-        if self.command in ("approve_tool", "reject_tool") and not self.call_id:
-            raise ApiError(422, f"{self.command} needs the call id", field="call_id")
+        self._check_fields()
         match self.command:
             case "approve_tool":
                 command = AgentResumeCommand.approve_tool(self.call_id or "")
             case "reject_tool":
                 command = AgentResumeCommand.reject_tool(self.call_id or "", self.reason)
+            case "approve_tools":
+                command = AgentResumeCommand.approve_tools(self.call_ids or [])
+            case "reject_tools":
+                command = AgentResumeCommand.reject_tools(self.reasons or {})
             case "user_input":
                 if self.data is None:
                     raise ApiError(422, "user_input needs data (text or an object)", "data")
@@ -98,6 +120,18 @@ class ResumeBody(BaseModel):
             case "retry":
                 command = AgentResumeCommand.retry()
         return command.with_metadata(**self.metadata) if self.metadata else command
+
+    def _check_fields(self) -> None:
+        """422 naming the field a command needs and lacks, or takes and must not get."""
+        if self.command in ("approve_tool", "reject_tool") and not self.call_id:
+            raise ApiError(422, f"{self.command} needs the call id", field="call_id")
+        needs = {"approve_tools": "call_ids", "reject_tools": "reasons"}
+        for command, name in needs.items():
+            given = getattr(self, name) is not None
+            if self.command == command and not given:
+                raise ApiError(422, f"{command} needs {name}", field=name)
+            if self.command != command and given:
+                raise ApiError(422, f"only {command} takes {name}", field=name)
 
 
 class CancelBody(BaseModel):
@@ -159,7 +193,7 @@ def turn_summary(s: AgentTurnSnapshot, children: list[str] | None = None) -> dic
         "status": s.status.value,
         "phase": s.phase.value,
         "version": s.version,
-        "suspension": s.suspension.model_dump(mode="json") if s.suspension else None,
+        "suspension": _suspension(s),
         "next_runnable_at": s.next_runnable_at,
         "counters": {
             "iterations": s.iteration_count,
@@ -182,6 +216,16 @@ def turn_summary(s: AgentTurnSnapshot, children: list[str] | None = None) -> dic
         "created_at": s.created_at,
         "updated_at": s.updated_at,
     }
+
+
+def _suspension(s: AgentTurnSnapshot) -> dict[str, Any] | None:
+    """The suspension; waiting for approval, with ``waiting_calls``: the calls unanswered."""
+    if s.suspension is None:
+        return None
+    shown = s.suspension.model_dump(mode="json")
+    if s.suspension.type is SuspensionType.TOOL_APPROVAL:
+        shown["waiting_calls"] = waiting_calls(s)
+    return shown
 
 
 def _progress(s: AgentTurnSnapshot) -> dict[str, Any] | None:

@@ -51,6 +51,7 @@ from runner_core import (
 )
 from runner_core.errors import AgentWorkerError, ConfigurationError
 from runner_core.events import TERMINAL_EVENTS
+from runner_core.resume import approval_calls
 from stores.redis import Keyspace, RedisOutbox, make_client
 
 log = logging.getLogger("agentworker.webhooks")
@@ -135,7 +136,11 @@ def message_id(subscription: str, url: str, turn_id: str, sequence: int) -> str:
 
 
 def payload(kind: str, event: AgentEvent, snapshot: AgentTurnSnapshot) -> dict[str, Any]:
-    """The body: ``{"type", "timestamp", "data"}`` with what the receiver needs to act."""
+    """The body: ``{"type", "timestamp", "data"}`` with what the receiver needs to act.
+
+    Waiting for approval, ``data["calls"]`` lists every call the turn waits on (one
+    suspension for all the calls of a model response that need approval).
+    """
     data: dict[str, Any] = {
         "turn_id": event.turn_id,
         "root_turn_id": event.root_turn_id,
@@ -147,6 +152,8 @@ def payload(kind: str, event: AgentEvent, snapshot: AgentTurnSnapshot) -> dict[s
     }
     if snapshot.suspension is not None and kind.startswith("turn.waiting"):
         data["suspension"] = snapshot.suspension.model_dump(mode="json")
+        if kind == "turn.waiting_for_approval":
+            data["calls"] = approval_calls(snapshot.suspension)
     if snapshot.status.is_terminal:
         data["final_output"] = snapshot.final_output
         data["error"] = snapshot.error.model_dump(mode="json") if snapshot.error else None

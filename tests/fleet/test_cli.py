@@ -20,6 +20,7 @@ from agentworker.cli.commands import NOTHING_TO_DO, app
 from agentworker.settings import Settings
 from agentworker.wiring import create_app, make_runner
 from runner_core import AgentRunner, AgentTurnStatus
+from tests.support.approvals import batched, listed_calls
 from tests.support.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -280,3 +281,77 @@ def test_quarantined_lists_turns_moved_aside(runner: AgentRunner) -> None:
     assert code == 0
     [row] = json.loads(out)
     assert (row["turn_id"], row["reason"]) == (turn.id, "body is not JSON")
+
+
+# --- several calls waiting for approval -------------------------------------------------
+
+
+def waiting_on_two(runner: AgentRunner) -> str:
+    return batched(runner, runner.run("e2e-refunds", "refund both")).id
+
+
+def test_list_and_show_every_waiting_call(runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(runner)
+
+    code, out = invoke("turns", "list")
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if turn_id in line)
+    assert "approval of 2: refund(" in line
+    code, out = invoke("turns", "list", "--json")
+    [row] = [r for r in json.loads(out) if r["id"] == turn_id]
+    assert row["waiting_for"]["waiting_calls"] == listed_calls()
+    code, out = invoke("turns", "show", turn_id)
+    assert "call r1: tool refund with arguments:" in out and '"order_id": "1001"' in out
+    assert "call r2: tool refund with arguments:" in out and '"order_id": "1002"' in out
+
+
+def test_resume_approves_one_then_rejects_the_other(runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(runner)
+
+    code, out = invoke("turns", "resume", turn_id, "--approve", "r2", "--by", "alice")
+    assert code == 0, out
+    assert "WAITING_FOR_APPROVAL" in out and "still waiting on r1" in out
+    code, out = invoke("turns", "resume", turn_id, "--reject", "r1", "--reason", "no")
+    assert code == 0, out
+
+    stored = runner.store.load(turn_id)
+    assert stored.status is AgentTurnStatus.RUNNING
+    assert (stored.approved_call_ids, stored.rejected_calls) == (["r2"], {"r1": "no"})
+    assert [(e["kind"], e["metadata"]) for e in stored.resume_log] == [
+        ("APPROVE_TOOL", {"by": "alice"}),
+        ("REJECT_TOOL", {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "kind"),
+    [
+        (["--approve", "r1", "--approve", "r2"], "APPROVE_TOOLS"),
+        (["--approve-all"], "APPROVE_TOOLS"),
+        (["--reject", "r1", "--reject", "r2", "--reason", "no"], "REJECT_TOOLS"),
+    ],
+)
+def test_resume_answers_several_calls_at_once(
+    runner: AgentRunner, options: list[str], kind: str
+) -> None:
+    turn_id = waiting_on_two(runner)
+
+    code, out = invoke("turns", "resume", turn_id, *options)
+
+    assert code == 0, out
+    stored = runner.store.load(turn_id)
+    assert stored.status is AgentTurnStatus.RUNNING
+    [entry] = stored.resume_log
+    assert (entry["kind"], entry["call_ids"]) == (kind, ["r1", "r2"])
+
+
+def test_a_refused_batch_changes_nothing(runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(runner)
+    before = runner.store.load(turn_id)
+
+    code, out = invoke("turns", "resume", turn_id, "--approve", "r1", "--approve", "r9")
+
+    assert code == 1 and "'r9' is not one of the calls waiting" in out
+    assert runner.store.load(turn_id).version == before.version
+    code, out = invoke("turns", "resume", turn_id, "--approve", "r1", "--approve-all")
+    assert code == 1 and "exactly one of" in out

@@ -20,6 +20,7 @@ from agentworker.settings import Settings
 from runner_core import AgentResumeCommand, AgentRunner, AgentTurn, InMemoryAgentLoader
 from stores import RedisAgentTurnStore
 from tests.support.agents import approval_agent
+from tests.support.approvals import listed_calls, refunds_agent, waiting_on_two
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -325,3 +326,55 @@ def test_a_cancel_that_notified_leaves_nothing_for_the_sweep(
     outbox = webhooks.outbox_of(settings)
     assert outbox.expected(now=time.time() + webhooks.CHECK_SECONDS + 1) == []
     assert webhooks.recheck(healthy, outbox, now=time.time() + 3600) == 0
+
+
+def test_the_approval_payload_lists_every_waiting_call(server: RedisServer) -> None:
+    # Verified on a suspension rewritten to the batched shape (tests/support/approvals.py)
+    runner = AgentRunner(turn_store=RedisAgentTurnStore(server.url, namespace=uuid.uuid4().hex))
+    recorded: list[Any] = []
+    runner.add_event_listener(recorded.append)
+    turn = waiting_on_two(runner, [])
+    [event] = [e for e in recorded if e.type.value == "TOOL_APPROVAL_REQUESTED"]
+
+    body = webhooks.payload("turn.waiting_for_approval", event, runner.store.load(turn.id))
+
+    assert body["data"]["calls"] == listed_calls()
+    assert body["data"]["suspension"]["correlation_id"] == "r1"
+    assert "calls" not in webhooks.payload("turn.ended", event, runner.store.load(turn.id))["data"]
+
+
+def test_a_single_call_approval_payload_is_a_list_of_one(
+    server: RedisServer, receiver: Receiver
+) -> None:
+    receiver.fail = 0
+    settings = settings_for(server, receiver.url)
+    hints: list[str] = []
+    turn = runner_with_webhooks(settings, hints).run("pay-agent", "pay 5")
+    [msg_id] = hints
+
+    assert webhooks.outbox_of(settings).deliver(msg_id) == "delivered"
+
+    [(headers, body, _)] = receiver.got
+    data = Webhook(SECRET).verify(body, headers)["data"]
+    assert data["turn_id"] == turn.id
+    assert data["calls"] == [{"call_id": "c1", "tool": "pay", "arguments": {"amount": 5}}]
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the step engine suspends once for all approvals of a response"
+)
+def test_the_delivered_approval_lists_both_calls_of_one_response(
+    server: RedisServer, receiver: Receiver
+) -> None:
+    receiver.fail = 0
+    settings = settings_for(server, receiver.url)
+    hints: list[str] = []
+    runner = AgentRunner(agent_loader=InMemoryAgentLoader([refunds_agent([])]))
+    runner.add_event_listener(webhooks.listener_of(settings, runner.store.load, hints.append))
+    runner.run("refunds", "refund both")
+    [msg_id] = hints
+
+    assert webhooks.outbox_of(settings).deliver(msg_id) == "delivered"
+
+    [(headers, body, _)] = receiver.got
+    assert Webhook(SECRET).verify(body, headers)["data"]["calls"] == listed_calls()

@@ -18,6 +18,7 @@ from agentworker.http import create_http_app
 from agentworker.settings import Settings
 from runner_core import AgentRunner, InMemoryAgentLoader
 from tests.support.agents import approval_agent
+from tests.support.approvals import batched, refunds_agent
 from tests.support.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -26,17 +27,25 @@ CREDENTIALS = [
     {"token": "acme", "tenant": "acme", "scopes": ["read", "write", "approve"]},
     {"token": "acme-ro", "tenant": "acme", "scopes": ["read"]},
 ]
+LEDGER: list[str] = []
 
 
 @pytest.fixture
-def url(server: RedisServer) -> Iterator[str]:
+def runner() -> AgentRunner:
+    LEDGER.clear()
+    loader = InMemoryAgentLoader([approval_agent(), refunds_agent(LEDGER)])
+    runner = AgentRunner(agent_loader=loader)
+    runner.dispatcher = lambda t: runner.run_until_blocked(runner.restore(t)) and None
+    return runner
+
+
+@pytest.fixture
+def url(server: RedisServer, runner: AgentRunner) -> Iterator[str]:
     settings = Settings(
         redis_url=server.url,
         namespace="cli-" + uuid.uuid4().hex[:8],
         credentials=json.dumps(CREDENTIALS),
     )
-    runner = AgentRunner(agent_loader=InMemoryAgentLoader([approval_agent()]))
-    runner.dispatcher = lambda t: runner.run_until_blocked(runner.restore(t)) and None
     port = free_port()
     config = uvicorn.Config(create_http_app(runner, settings), port=port, log_level="warning")
     app_server = uvicorn.Server(config)
@@ -79,3 +88,70 @@ def test_an_unreachable_api_is_one_line(url: str) -> None:
         app, ["http", "inbox", "--url", "http://127.0.0.1:9", "--token", "x"]
     )
     assert answer.exit_code == 1 and "does not answer" in answer.output
+
+
+def waiting_on_two(url: str, runner: AgentRunner) -> str:
+    turn = AgentworkerClient(url, token="acme").start("refunds", "refund both")
+    batched(runner, runner.restore(turn.id))
+    return turn.id
+
+
+def test_the_client_answers_part_then_the_rest(url: str, runner: AgentRunner) -> None:
+    client = AgentworkerClient(url, token="acme")
+    turn_id = waiting_on_two(url, runner)
+
+    partial = client.reject_tools(turn_id, {"r2": "no"})
+    assert partial.status == "WAITING_FOR_APPROVAL"
+    assert [c["call_id"] for c in (partial.suspension or {})["waiting_calls"]] == ["r1"]
+
+    client.approve_tools(turn_id, ["r1"])
+    done = client.wait(turn_id, "ended", 10)
+    assert done.status == "COMPLETED" and LEDGER == ["1001"]
+    kinds = [e["kind"] for e in runner.store.load(turn_id).resume_log]
+    assert kinds == ["REJECT_TOOLS", "APPROVE_TOOLS"]
+
+
+def test_the_inbox_lists_every_waiting_call(url: str, runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(url, runner)
+    env = {"AGENTWORKER_API_URL": url, "AGENTWORKER_API_TOKEN": "acme", "COLUMNS": "200"}
+
+    table = CliRunner().invoke(app, ["http", "inbox"], env=env)
+
+    assert table.exit_code == 0, table.output
+    rows = [line for line in table.output.splitlines() if turn_id in line]
+    assert len(rows) == 2
+    assert "r1" in rows[0] and "1001" in rows[0] and "r2" in rows[1] and "1002" in rows[1]
+
+
+def test_the_cli_approves_one_then_the_rest_with_all(url: str, runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(url, runner)
+    cli = CliRunner()
+    env = {"AGENTWORKER_API_URL": url, "AGENTWORKER_API_TOKEN": "acme"}
+
+    first = cli.invoke(app, ["http", "approve", turn_id, "r2"], env=env)
+    assert first.exit_code == 0, first.output
+    assert "WAITING_FOR_APPROVAL (still waiting on r1)" in first.output
+
+    both = cli.invoke(app, ["http", "approve", turn_id, "r1", "--all"], env=env)
+    assert both.exit_code == 2 and "not both" in both.output
+
+    rest = cli.invoke(app, ["http", "approve", turn_id, "--all"], env=env)
+    assert rest.exit_code == 0, rest.output
+    assert AgentworkerClient(url, token="acme").wait(turn_id, "ended", 10).status == "COMPLETED"
+    assert sorted(LEDGER) == ["1001", "1002"]
+
+
+def test_the_cli_rejects_several_calls(url: str, runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(url, runner)
+    env = {"AGENTWORKER_API_URL": url, "AGENTWORKER_API_TOKEN": "acme"}
+
+    answer = CliRunner().invoke(
+        app, ["http", "reject", turn_id, "r1", "r2", "--reason", "not today"], env=env
+    )
+
+    assert answer.exit_code == 0, answer.output
+    log = runner.store.load(turn_id).resume_log
+    assert [(e["kind"], e["reasons"]) for e in log] == [
+        ("REJECT_TOOLS", {"r1": "not today", "r2": "not today"})
+    ]
+    assert LEDGER == []

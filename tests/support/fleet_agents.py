@@ -26,6 +26,7 @@ from runner_core import (
     ToolMessage,
     tool,
 )
+from tests.support.approvals import refunds_agent
 
 PREFIX = "e2e:"
 
@@ -146,6 +147,7 @@ def agents() -> list[Agent]:
             "e2e-tools", _script(("record", {"tag": "a"}), ("record", {"tag": "b"})), tools=[record]
         ),
         Agent("e2e-approval", _script(("pay", {"amount": 5.0})), tools=[pay]),
+        refunds_agent([], "e2e-refunds"),  # two approvals in one response
         Agent("e2e-form", _script(("ask_address", {})), tools=[ask_address]),
         Agent("e2e-flaky", FunctionModel(_flaky)),
         Agent(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from html import escape
+from typing import Any
 from urllib.parse import urlencode
 
 from agentworker.http.auth import Caller
 from agentworker.http.listing import ListQuery
 from runner_core import AgentTurnSnapshot, AgentTurnStatus
 from runner_core.events import AgentEventType
+from runner_core.resume import approval_calls, waiting_calls
 from runner_core.snapshot import SuspensionType
 
 EVENT_TYPES = json.dumps([t.value for t in AgentEventType])
@@ -128,12 +130,17 @@ def turn_rows(turns: list[AgentTurnSnapshot], next_cursor: str | None, query: Li
 
 
 def inbox(caller: Caller, waiting: list[AgentTurnSnapshot]) -> str:
-    """What waits for a person: each turn with its tool, arguments and the actions."""
-    ids = " ".join(s.id for s in waiting)
+    """What waits for a person: each turn with its calls, their arguments and the actions."""
+    ids = " ".join(_waiting_key(s) for s in waiting)
     items = "".join(f'<li class="card">{waiting_card(caller, s, link=True)}</li>' for s in waiting)
     if not waiting:
         items = '<li class="empty">nothing waits for a person</li>'
     return f'<h2>Inbox ({len(waiting)})</h2><ul class="inbox" data-ids="{_e(ids)}">{items}</ul>'
+
+
+def _waiting_key(s: AgentTurnSnapshot) -> str:
+    """A turn and the calls it still waits on: changes when a partial answer lands."""
+    return ":".join([s.id, *(str(c["call_id"]) for c in waiting_calls(s))])
 
 
 def waiting_card(caller: Caller, s: AgentTurnSnapshot, link: bool = False) -> str:
@@ -141,28 +148,64 @@ def waiting_card(caller: Caller, s: AgentTurnSnapshot, link: bool = False) -> st
     sus = s.suspension
     if sus is None or sus.type not in (SuspensionType.TOOL_APPROVAL, SuspensionType.USER_INPUT):
         return ""
-    tool = sus.metadata.get("tool", "")
     head = f'<a href="/console/turns/{_e(s.id)}">{_e(s.id[:12])}</a>' if link else _e(s.id[:12])
-    attrs = f'data-turn="{_e(s.id)}" data-call="{_e(sus.correlation_id)}"'
+    may_answer = "approve" in caller.scopes
+    if sus.type is SuspensionType.TOOL_APPROVAL:
+        calls = waiting_calls(s)
+        asked = _approval_title(calls, len(approval_calls(sus)))
+        title = f'<div class="what">{head} · {_e(s.agent_id)} · {asked}</div>'
+        return title + _approval_calls(s.id, calls, may_answer)
+    tool = sus.metadata.get("tool", "")
     title = (
         f'<div class="what">{head} · {_e(s.agent_id)} · tool '
         f'<code class="tool">{_e(tool)}</code></div>'
     )
-    if sus.type is SuspensionType.TOOL_APPROVAL:
-        args = json.dumps(sus.metadata.get("arguments", {}), indent=2, ensure_ascii=False)
-        body = f'<pre class="arguments">{_e(args)}</pre>'
+    body = f'<p class="prompt">{_e(sus.message)}</p>'
+    schema = json.dumps(sus.metadata.get("schema") or {}, ensure_ascii=False)
+    attrs = f'data-turn="{_e(s.id)}" data-call="{_e(sus.correlation_id)}"'
+    actions = f'<form class="user-input" {attrs} data-schema="{_e(schema)}"></form>'
+    if not may_answer:
+        actions = _NO_SCOPE
+    return title + body + f'<p class="error" hidden></p>{actions}'
+
+
+_NO_SCOPE = '<p class="note">your credential may look, not answer (no approve scope)</p>'
+
+
+def _approval_title(calls: list[dict[str, Any]], listed: int) -> str:
+    if listed > len(calls):
+        return f"{len(calls)} of {listed} calls still wait for approval"
+    return "approval" if len(calls) == 1 else f"{len(calls)} calls wait for approval"
+
+
+def _approval_calls(turn_id: str, calls: list[dict[str, Any]], may_answer: bool) -> str:
+    """Each waiting call with its arguments and its own approve/reject; "approve all"."""
+    parts = []
+    for call in calls:
+        call_id = str(call["call_id"])
+        args = json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False)
+        name = f'<code class="tool">{_e(call.get("tool"))}</code> '
         actions = (
-            f'<div class="actions" {attrs}><input class="reason" placeholder="reason">'
+            f'<div class="actions" data-turn="{_e(turn_id)}" data-call="{_e(call_id)}">'
+            '<input class="reason" placeholder="reason">'
             '<button class="approve" data-command="approve_tool">Approve</button>'
             '<button class="reject" data-command="reject_tool">Reject</button></div>'
         )
-    else:
-        schema = json.dumps(sus.metadata.get("schema") or {}, ensure_ascii=False)
-        body = f'<p class="prompt">{_e(sus.message)}</p>'
-        actions = f'<form class="user-input" {attrs} data-schema="{_e(schema)}"></form>'
-    if "approve" not in caller.scopes:
-        actions = '<p class="note">your credential may look, not answer (no approve scope)</p>'
-    return title + body + f'<p class="error" hidden></p>{actions}'
+        parts.append(
+            f'<div class="call" data-call="{_e(call_id)}">{name}<span class="call-id">'
+            f'{_e(call_id)}</span><pre class="arguments">{_e(args)}</pre>'
+            f'<p class="error" hidden></p>{actions if may_answer else ""}</div>'
+        )
+    if not may_answer:
+        parts.append(_NO_SCOPE)
+    elif len(calls) > 1:
+        ids = " ".join(str(c["call_id"]) for c in calls)
+        parts.append(
+            f'<div class="batch" data-turn="{_e(turn_id)}" data-calls="{_e(ids)}">'
+            '<p class="error" hidden></p>'
+            f'<button class="approve-all">Approve all {len(calls)}</button></div>'
+        )
+    return "".join(parts)
 
 
 def turn_page(

@@ -37,6 +37,7 @@ from runner_core import (
     tool,
 )
 from tests.support.agents import approval_agent
+from tests.support.approvals import batched, refunds_agent
 from tests.support.servers import RedisServer, free_port
 
 CHROMIUM = os.environ.get("AGENTWORKER_CHROMIUM") or shutil.which("chromium")
@@ -60,6 +61,7 @@ SCHEMA = {
     },
     "required": ["street"],
 }
+LEDGER: list[str] = []
 
 
 @tool
@@ -77,14 +79,28 @@ def _ship_then_answer(request: ModelRequest) -> AiMessage:
 
 
 @pytest.fixture
-def base_url(server: RedisServer) -> Iterator[str]:
-    namespace = "console-" + uuid.uuid4().hex[:8]
+def namespace() -> str:
+    return "console-" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def runner(server: RedisServer, namespace: str) -> AgentRunner:
+    LEDGER.clear()
+    agents = [
+        approval_agent(),
+        Agent("ship-agent", FunctionModel(_ship_then_answer), tools=[ship]),
+        refunds_agent(LEDGER),
+    ]
+    runner = AgentRunner(agent_loader=InMemoryAgentLoader(agents))
+    runner.add_event_listener(RedisEventBridge(server.client(), namespace, committed=True))
+    return runner
+
+
+@pytest.fixture
+def base_url(server: RedisServer, namespace: str, runner: AgentRunner) -> Iterator[str]:
     settings = Settings(
         redis_url=server.url, namespace=namespace, credentials=json.dumps(CREDENTIALS)
     )
-    agents = [approval_agent(), Agent("ship-agent", FunctionModel(_ship_then_answer), tools=[ship])]
-    runner = AgentRunner(agent_loader=InMemoryAgentLoader(agents))
-    runner.add_event_listener(RedisEventBridge(server.client(), namespace, committed=True))
 
     def run_later(turn_id: str) -> None:
         # A worker's delay: the page sees the turn change after the click, live.
@@ -236,3 +252,79 @@ def test_rejecting_from_the_inbox_with_a_reason_tells_the_model(page: Any, base_
     assert answer["status"] == "COMPLETED"
     assert "over the limit" in answer["final_output"]
     page.locator(f'#inbox [data-turn="{turn_id}"]').wait_for(state="detached", timeout=10_000)
+
+
+def waiting_on_two(base_url: str, runner: AgentRunner) -> str:
+    turn_id = start_turn(base_url, "refunds", "refund both")
+    batched(runner, runner.restore(turn_id))
+    return turn_id
+
+
+def wait_ended(base_url: str, turn_id: str) -> dict[str, Any]:
+    answer = httpx.get(
+        f"{base_url}/turns/{turn_id}/wait?until=ended&timeout=10",
+        headers={"Authorization": "Bearer acme-approver"},
+        timeout=15,
+    )
+    return dict(answer.json())
+
+
+def test_each_waiting_call_is_answered_on_its_own_from_the_inbox(
+    page: Any, base_url: str, runner: AgentRunner
+) -> None:
+    # Given a turn waiting on two refunds, in one suspension
+    turn_id = waiting_on_two(base_url, runner)
+    sign_in(page, base_url, "acme-approver")
+
+    # Then its inbox card shows both calls, each with its arguments, and "approve all"
+    card = page.locator(f'#inbox .batch[data-turn="{turn_id}"]').locator("xpath=..")
+    card.wait_for()
+    calls = card.locator(".call")
+    assert calls.count() == 2
+    assert [json.loads(calls.nth(i).locator("pre.arguments").inner_text()) for i in (0, 1)] == [
+        {"order_id": "1001", "amount": 20.0},
+        {"order_id": "1002", "amount": 35.0},
+    ]
+    assert card.locator("code.tool").all_inner_texts() == ["refund", "refund"]
+
+    # When r1 is approved alone, the turn stays in the inbox with r2 left
+    card.locator('.call[data-call="r1"] button.approve').click()
+    answered = page.locator(f'#inbox .actions[data-turn="{turn_id}"][data-call="r1"]')
+    answered.wait_for(state="detached", timeout=10_000)
+    left = page.locator(f'#inbox .actions[data-turn="{turn_id}"]')
+    assert left.get_attribute("data-call") == "r2"
+    assert left.count() == 1
+    assert page.locator(f'#inbox .batch[data-turn="{turn_id}"]').count() == 0
+    assert "1 of 2 calls still wait for approval" in page.locator("#inbox").inner_text()
+    assert runner.store.load(turn_id).status.value == "WAITING_FOR_APPROVAL"
+
+    # When r2 is rejected with a reason, the turn runs to its end and leaves the inbox
+    left.locator(".reason").fill("too large")
+    left.locator("button.reject").click()
+    assert wait_ended(base_url, turn_id)["status"] == "COMPLETED"
+    assert LEDGER == ["1001"]
+    page.locator(f'#inbox [data-turn="{turn_id}"]').first.wait_for(state="detached", timeout=10_000)
+
+
+def test_approve_all_on_the_turn_page(page: Any, base_url: str, runner: AgentRunner) -> None:
+    turn_id = waiting_on_two(base_url, runner)
+    sign_in(page, base_url, "acme-approver")
+    page.goto(f"{base_url}/console/turns/{turn_id}")
+
+    page.click("#turn-body .batch button.approve-all")
+
+    page.locator('#turn-body .status[data-status="COMPLETED"]').first.wait_for(timeout=15_000)
+    assert sorted(LEDGER) == ["1001", "1002"]
+    [entry] = runner.store.load(turn_id).resume_log
+    assert (entry["kind"], entry["call_ids"]) == ("APPROVE_TOOLS", ["r1", "r2"])
+    assert entry["metadata"]["via"] == "console"
+
+
+def test_a_read_only_credential_sees_every_call_but_no_button(
+    page: Any, base_url: str, runner: AgentRunner
+) -> None:
+    turn_id = waiting_on_two(base_url, runner)
+    sign_in(page, base_url, "acme-viewer")
+    page.locator(f'#inbox a[href="/console/turns/{turn_id}"]').wait_for()
+    assert page.locator("#inbox .call").count() == 2
+    assert page.locator("#inbox button").count() == 0

@@ -37,7 +37,9 @@ function poll() {
 }
 
 async function resume(turnId, payload, box) {
-  const error = box.closest(".card, li, div").querySelector(".error");
+  // The answered part: one call of several, the batch, or the whole card.
+  const part = box.closest(".call, .batch, .card, li");
+  const error = part.querySelector(".error");
   const response = await fetch(`/turns/${encodeURIComponent(turnId)}/resume`, {
     method: "POST",
     credentials: "same-origin",
@@ -52,7 +54,7 @@ async function resume(turnId, payload, box) {
     }
     return;
   }
-  box.closest(".card, li").classList.add("answered");
+  part.classList.add("answered");
   poll();
 }
 
@@ -122,6 +124,15 @@ function wire(root) {
       const box = button.closest(".actions");
       const reason = box.querySelector(".reason").value;
       resume(box.dataset.turn, { command: button.dataset.command, call_id: box.dataset.call, reason }, box);
+    });
+  }
+  for (const button of root.querySelectorAll(".batch button.approve-all")) {
+    if (button.dataset.wired) continue;
+    button.dataset.wired = "1";
+    button.addEventListener("click", () => {
+      const box = button.closest(".batch");
+      const callIds = box.dataset.calls.split(" ").filter(Boolean);
+      resume(box.dataset.turn, { command: "approve_tools", call_ids: callIds }, box);
     });
   }
   for (const form of root.querySelectorAll("form.user-input")) buildForm(form);
