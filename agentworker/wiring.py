@@ -23,6 +23,7 @@ from agentworker.notify.streams import RedisEventBridge, bridge_client
 from agentworker.ops import metrics
 from agentworker.settings import Settings, UnsetAgentLoader, is_amqp
 from runner_core import AgentExecutionPolicy, AgentLoader, AgentRunner
+from runner_core.worker import on_lease_cut
 from stores import RedisAgentTurnStore
 
 
@@ -53,6 +54,7 @@ def make_runner(
         step_time_limit=settings.step_time_limit,
     )
     runner.unloadable_grace_seconds = settings.unloadable_grace_seconds
+    on_lease_cut(metrics.lease_cut)  # once per process, however many runners it builds
     if settings.events_enabled:
         runner.add_event_listener(event_bridge(settings))
     add_webhooks(runner, settings, app)

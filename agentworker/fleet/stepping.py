@@ -18,6 +18,7 @@ from runner_core import (
     TurnNotFoundError,
 )
 from runner_core.store import waiting_child_ids
+from runner_core.worker import abandoned_tool_threads
 
 log = logging.getLogger("agentworker.steps")
 
@@ -45,6 +46,7 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: 
                 _wake_next(runner, previous)
             raise
         metrics.step_done(outcome, turn, time.perf_counter() - step_started)
+        metrics.tool_threads_abandoned(abandoned_tool_threads())
         if outcome == "not-runnable" and previous is None:
             # a duplicate, or the message of a process that died after its last commit:
             # what that process's listeners would have recorded is recorded now
