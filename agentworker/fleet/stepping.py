@@ -75,6 +75,7 @@ def _claim_and_step(
         return "quarantined", None  # moved aside (and logged) by the store: never sent again
     if turn is None:
         return "not-runnable", None
+    held = turn.held_lease
     try:
         # everything after the claim runs inside ``holding``: a failure anywhere (even
         # reading the clock) gives the lease back instead of leaving it to the heartbeat
@@ -83,8 +84,12 @@ def _claim_and_step(
             runner.step(turn, release=True)
 
     except (LeaseLostError, ConcurrentModificationError) as exc:
-        log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
-        metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
+        if held is not None and held.overran:
+            log.warning("turn %s: fenced, its step ran past the time limit (%s)", turn_id, exc)
+            metrics.fenced("lease_cut")
+        else:
+            log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
+            metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
         return "fenced", turn
     return turn.status.value, turn
 

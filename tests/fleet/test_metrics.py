@@ -235,6 +235,7 @@ def test_a_lease_cut_at_the_backstop_is_counted() -> None:
         step_time_limit=0.1,
     )
     before = value("agentworker_leases_cut_total")
+    fenced_before = value("agentworker_fenced_steps_total", reason="lease_cut")
     turn = runner.start("hangs", "go")
     outcome: list[str] = []
     worker = threading.Thread(target=lambda: outcome.append(step_once(runner, turn.id, "w1")))
@@ -246,3 +247,4 @@ def test_a_lease_cut_at_the_backstop_is_counted() -> None:
     worker.join(5)
     assert value("agentworker_leases_cut_total") - before == 1
     assert outcome == ["fenced"]
+    assert value("agentworker_fenced_steps_total", reason="lease_cut") - fenced_before == 1
