@@ -34,10 +34,14 @@ POOLS = {"solo": (2, 1), "threads": (1, 3), "prefork": (1, 2)}
 
 
 def fleet_env(redis_server: RedisServer, loader: str) -> dict[str, str]:
+    """Each fleet its own namespace and queues: the module's fleets live side by side."""
+    namespace = "pools-" + uuid.uuid4().hex[:8]
     return {
         "AGENTWORKER_REDIS_URL": redis_server.url,
         "AGENTWORKER_BROKER_URL": f"redis://127.0.0.1:{redis_server.port}/1",
-        "AGENTWORKER_NAMESPACE": "pools-" + uuid.uuid4().hex[:8],
+        "AGENTWORKER_NAMESPACE": namespace,
+        "AGENTWORKER_STEP_QUEUE": f"{namespace}.steps",
+        "AGENTWORKER_SWEEP_QUEUE": f"{namespace}.sweep",
         "AGENTWORKER_AGENT_LOADER": loader,
         "AGENTWORKER_LEASE_SECONDS": "2",
         "AGENTWORKER_SWEEP_INTERVAL": "0.5",
