@@ -10,6 +10,12 @@ from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runner_core import Agent, AgentLoader, ConfigurationError
+from runner_core.worker import step_grace
+
+SOFT_LIMIT_MARGIN = 1.0
+"""Celery's soft time limit comes this long after the lease backstop of a task's last step."""
+HARD_LIMIT_MARGIN = 2.0
+"""Celery's hard time limit comes this long after its soft one (time to unwind and release)."""
 
 MISSING_LOADER = (
     "AGENTWORKER_AGENT_LOADER is not set: set it to 'package.module:attribute' naming your "
@@ -53,7 +59,9 @@ class Settings(BaseSettings):
     #: How long a turn may wait for a worker that can load its agent version (a rolling
     #: deploy) before it is failed.
     unloadable_grace_seconds: float = Field(default=600.0, ge=0)
-    #: Hard time limit of one step; a step task that runs longer is killed.
+    #: Seconds one step may take: its tool and async model calls stop at that deadline (the
+    #: model is told), and a step still running ``step_grace_seconds`` later loses its lease
+    #: to another worker. On prefork Celery's soft and hard limits come after both.
     step_time_limit: float = Field(default=300.0, gt=0)
     #: A step task goes on with the next step of its turn while the turn can run at once
     #: and less than this many seconds have passed since it began (each step claimed and
@@ -114,9 +122,25 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
 
     @property
+    def step_grace_seconds(self) -> float:
+        """How long a step may run past its deadline before its lease is cut."""
+        return step_grace(self.step_time_limit)
+
+    @property
+    def task_soft_time_limit(self) -> float:
+        """Celery's soft limit of one step task: after its last step's lease backstop.
+
+        A chain's last step starts before ``step_chain_seconds`` have passed, so its deadline
+        and grace end before this; a ``SoftTimeLimitExceeded`` then finds the lease already
+        cut, and the step's writes fenced: it never fails the turn.
+        """
+        backstop = self.step_time_limit + self.step_chain_seconds + self.step_grace_seconds
+        return backstop + SOFT_LIMIT_MARGIN
+
+    @property
     def task_time_limit(self) -> float:
-        """Hard time limit of one step task: a step, after a chain of steps."""
-        return self.step_time_limit + self.step_chain_seconds
+        """Celery's hard limit of one step task (prefork kills the child): the last resort."""
+        return self.task_soft_time_limit + HARD_LIMIT_MARGIN
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
@@ -167,8 +191,8 @@ class BrokerLimitError(ConfigurationError):
             else "or the broker redelivers steps that are still running"
         )
         super().__init__(
-            f"AGENTWORKER_STEP_TIME_LIMIT plus AGENTWORKER_STEP_CHAIN_SECONDS ({step:g} s) "
-            "must be below "
+            f"AGENTWORKER_STEP_TIME_LIMIT plus AGENTWORKER_STEP_CHAIN_SECONDS and the step "
+            f"task's grace ({step:g} s, Celery's hard time limit) must be below "
             f"AGENTWORKER_{limit_field.upper()} ({limit:g} s) on a {broker} broker, {consequence}"
         )
         self.broker = broker
@@ -176,7 +200,7 @@ class BrokerLimitError(ConfigurationError):
 
 
 def check_broker_limits(settings: Settings) -> None:
-    """The step time limit against the limit of the broker in use; quorum on AMQP only.
+    """Celery's hard time limit against the limit of the broker in use; quorum on AMQP only.
 
     RabbitMQ closes a channel whose delivery stays unacked past its ``consumer_timeout``;
     the Redis transport hands a message unacked past ``visibility_timeout`` to another

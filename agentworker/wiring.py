@@ -23,6 +23,7 @@ from agentworker.notify.streams import RedisEventBridge, bridge_client
 from agentworker.ops import metrics
 from agentworker.settings import Settings, UnsetAgentLoader, is_amqp
 from runner_core import AgentExecutionPolicy, AgentLoader, AgentRunner
+from runner_core.worker import on_lease_cut
 from stores import RedisAgentTurnStore
 
 
@@ -50,8 +51,10 @@ def make_runner(
         policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
         dispatcher=CeleryDispatcher(app, settings.step_queue),
         middleware=metrics.middleware(),
+        step_time_limit=settings.step_time_limit,
     )
     runner.unloadable_grace_seconds = settings.unloadable_grace_seconds
+    on_lease_cut(metrics.lease_cut)  # once per process, however many runners it builds
     if settings.events_enabled:
         runner.add_event_listener(event_bridge(settings))
     add_webhooks(runner, settings, app)
@@ -117,10 +120,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # One message at a time per process: a prefetched wake-up would sit behind a long
         # step while another worker idles.
         "worker_prefetch_multiplier": 1,
-        # A step never outlives the broker's hold on its message (settings check it): the
-        # Redis broker's visibility timeout, RabbitMQ's consumer_timeout.
+        # The runner's own deadline and lease backstop come first; Celery's limits (enforced
+        # by prefork only) are the last resort, and never outlive the broker's hold on a
+        # message (settings check it): the visibility timeout, RabbitMQ's consumer_timeout.
         "task_time_limit": settings.task_time_limit,
-        "task_soft_time_limit": settings.task_time_limit * 0.9,
+        "task_soft_time_limit": settings.task_soft_time_limit,
         "broker_transport_options": _transport_options(settings),
         # Steps and sweeps on their own queues: a backlog of steps never delays the sweeper.
         # Both are declared, so a worker without -Q consumes both; -Q picks one. On

@@ -85,7 +85,7 @@ class AgentRunner:
             wakes=lambda: self.dispatcher is not None,
             step_time_limit=step_time_limit,
         )
-        self._keeper = LeaseKeeper()
+        self._keeper = LeaseKeeper(step_time_limit)
         self._inline: set[str] = set()
         self.waker = Waker(self.store, lambda: self.dispatcher)
         #: How long a turn may wait for a worker that has its agent version (see _held).
@@ -416,7 +416,7 @@ class AgentRunner:
             return None
         turn = AgentTurn(snapshot, agent)
         turn.held_lease = held
-        self._keeper.hold(held)
+        self._keeper.hold(held, lambda: turn.step_deadline)
         return turn
 
     def _lease_ms(self) -> int:

@@ -1,4 +1,9 @@
-"""Worker mode in one process: a poller that claims runnable turns and steps them."""
+"""Worker mode in one process: a poller that claims runnable turns and steps them.
+
+Also what a worker reports about steps it could not stop: how many sync tool threads were
+abandoned on a timeout, and the lease backstop (``runner_core._engine.leases``): a step
+still running ``step_grace(limit)`` seconds past its deadline loses its lease.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,41 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from runner_core._engine import aio
+from runner_core._engine.leases import CUTS, STEP_GRACE_SECONDS, step_grace
 
 if TYPE_CHECKING:
     from runner_core.runner import AgentRunner
 
 log = logging.getLogger("runner_core.worker")
+
+__all__ = [
+    "STEP_GRACE_SECONDS",
+    "AgentWorker",
+    "abandoned_tool_threads",
+    "cut_leases",
+    "default_worker_id",
+    "on_lease_cut",
+    "step_grace",
+]
+
+
+def abandoned_tool_threads() -> int:
+    """Sync tool calls this process abandoned on a timeout (their threads may still run)."""
+    return aio.abandoned_threads()
+
+
+def cut_leases() -> int:
+    """Leases this process cut because their step ran past the time limit and its grace."""
+    return CUTS.count
+
+
+def on_lease_cut(listener: Callable[[str], None]) -> None:
+    """Call ``listener(turn_id)`` from the heartbeat thread whenever a lease is cut."""
+    CUTS.add_listener(listener)
 
 
 def default_worker_id() -> str:

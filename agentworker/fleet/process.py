@@ -8,6 +8,7 @@ Clients that survive a fork (redis-py reconnects in a new pid) are built once.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 from celery import Celery, signals
 
 from agentworker.fleet.beat import gate_for
+from agentworker.fleet.limits import check_pool, enforcement
 from agentworker.fleet.queues import declare_queues
 from agentworker.fleet.stepping import RepairClock
 from agentworker.ops.signals import Observability, QueueDepth
@@ -26,6 +28,8 @@ from agentworker.settings import Settings
 from runner_core import AgentRunner, AgentWorkerError
 from runner_core.store import AgentTurnStore
 from stores.redis import SweepGate, make_client
+
+log = logging.getLogger("agentworker.worker")
 
 
 class FleetApp(Celery):  # type: ignore[misc]
@@ -77,6 +81,8 @@ class FleetProcess:
         """
         uid = f"agentworker.check_worker.{id(self)}"
         signals.worker_init.connect(self.check_worker, weak=True, dispatch_uid=uid)
+        uid = f"agentworker.say_limits.{id(self)}"
+        signals.celeryd_after_setup.connect(self.say_limits, weak=True, dispatch_uid=uid)
         self.observability.connect()
 
     def runner(self) -> AgentRunner:
@@ -107,20 +113,28 @@ class FleetProcess:
             return self._gate
 
     def check_worker(self, sender: Any = None, **_: Any) -> None:
-        """Refuse to start a worker of this app that cannot load its agents or declare its queues.
+        """Refuse to start a worker of this app that cannot serve: agents, queues, pool.
 
-        One line, exit status 2 (a queue of another type: ``QueueTypeMismatchError``).
-        Connected to ``worker_init``: beat, Flower and producers start without agents.
+        It must load its agents, declare its queues and run on a pool where the step time
+        limit is enforced (``fleet/limits.py``). One line, exit status 2 (a queue of another
+        type: ``QueueTypeMismatchError``). Connected to ``worker_init``: beat, Flower and
+        producers start without agents.
         """
         if getattr(sender, "app", None) is not self.app:
             return
         try:
+            check_pool(getattr(sender, "pool_cls", None))
             self.settings.load_agent_loader()
             declare_queues(self.app, self.settings.queue_type)
         except AgentWorkerError as exc:
             sys.stderr.write(f"agentworker: the worker cannot start: {exc}\n")
             sys.stderr.flush()
             raise SystemExit(2) from None
+
+    def say_limits(self, sender: Any = None, instance: Any = None, **_: Any) -> None:
+        """Log which pool enforces what of the step time limit (``celeryd_after_setup``)."""
+        if getattr(instance, "app", None) is self.app:
+            log.info("%s", enforcement(self.settings, getattr(instance, "pool_cls", None)))
 
     def _current(self) -> _Forked:
         if self._forked.pid != os.getpid():

@@ -18,6 +18,7 @@ from runner_core import (
     TurnNotFoundError,
 )
 from runner_core.store import waiting_child_ids
+from runner_core.worker import abandoned_tool_threads
 
 log = logging.getLogger("agentworker.steps")
 
@@ -45,6 +46,7 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: 
                 _wake_next(runner, previous)
             raise
         metrics.step_done(outcome, turn, time.perf_counter() - step_started)
+        metrics.tool_threads_abandoned(abandoned_tool_threads())
         if outcome == "not-runnable" and previous is None:
             # a duplicate, or the message of a process that died after its last commit:
             # what that process's listeners would have recorded is recorded now
@@ -73,6 +75,7 @@ def _claim_and_step(
         return "quarantined", None  # moved aside (and logged) by the store: never sent again
     if turn is None:
         return "not-runnable", None
+    held = turn.held_lease
     try:
         # everything after the claim runs inside ``holding``: a failure anywhere (even
         # reading the clock) gives the lease back instead of leaving it to the heartbeat
@@ -81,8 +84,12 @@ def _claim_and_step(
             runner.step(turn, release=True)
 
     except (LeaseLostError, ConcurrentModificationError) as exc:
-        log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
-        metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
+        if held is not None and held.overran:
+            log.warning("turn %s: fenced, its step ran past the time limit (%s)", turn_id, exc)
+            metrics.fenced("lease_cut")
+        else:
+            log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
+            metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
         return "fenced", turn
     return turn.status.value, turn
 

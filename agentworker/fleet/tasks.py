@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
 
 from agentworker.fleet.beat import sweep_started
 from agentworker.fleet.dispatch import WebhookHints
@@ -50,7 +51,14 @@ def _register_steps(app: Celery, process: FleetProcess) -> None:
         if not isinstance(turn_id, str) or not turn_id:
             log.error("step_turn called with %r: acked and dropped", turn_id)
             return "bad-argument"
-        return step_once(process.runner(), turn_id, worker_id(), chain_seconds)
+        try:
+            return step_once(process.runner(), turn_id, worker_id(), chain_seconds)
+        except SoftTimeLimitExceeded:
+            # Past the step's lease backstop (settings order the limits): the lease is cut or
+            # given back, nothing of the step was saved, and the sweeper wakes the turn.
+            log.warning("turn %s: Celery's soft time limit stopped its step task", turn_id)
+            metrics.step_done("interrupted", None, 0.0)
+            return "interrupted"
 
     @app.task(name="agentworker.ping", ignore_result=True, shared=False)
     def ping() -> str:

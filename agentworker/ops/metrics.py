@@ -71,6 +71,8 @@ class Metrics:
     swept: Any
     queue_depth: Any
     webhooks: Any
+    abandoned_threads: Any
+    leases_cut: Any
 
 
 # Once per process: the metrics live in prometheus_client's default registry, which refuses
@@ -143,6 +145,14 @@ def metrics() -> Metrics | None:
         webhooks=Counter(
             "agentworker_webhook_deliveries", "Webhook deliveries, by outcome.", ["outcome"]
         ),
+        abandoned_threads=Counter(
+            "agentworker_abandoned_tool_threads",
+            "Sync tool calls abandoned past their timeout (their threads run on).",
+        ),
+        leases_cut=Counter(
+            "agentworker_leases_cut",
+            "Steps whose lease was cut: still running after the step time limit and its grace.",
+        ),
     )
 
 
@@ -202,6 +212,40 @@ def webhook_delivered(outcome: str) -> None:
     m = metrics()
     if m is not None:
         m.webhooks.labels(outcome).inc()
+
+
+def lease_cut(turn_id: str) -> None:
+    """A step ran past the step time limit and its grace: its lease was cut (any thread)."""
+    m = metrics()
+    if m is not None:
+        m.leases_cut.inc()
+
+
+class _Abandoned:
+    """The abandoned-thread count of this process already added to the counter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid, self._seen = os.getpid(), 0
+
+    def add(self, total: int) -> int:
+        """The part of ``total`` (this process's count so far) not counted yet."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child counts from its own zero
+                self._pid, self._seen = os.getpid(), 0
+            new, self._seen = max(0, total - self._seen), max(total, self._seen)
+            return new
+
+
+_ABANDONED = _Abandoned()
+
+
+def tool_threads_abandoned(total: int) -> None:
+    """Count the new ones of the ``total`` sync tool threads this process has abandoned."""
+    m = metrics()
+    new = _ABANDONED.add(total)
+    if m is not None and new:
+        m.abandoned_threads.inc(new)
 
 
 def middleware() -> tuple[Middleware, ...]:

@@ -122,7 +122,7 @@ def test_a_redis_outage_mid_run_does_not_multiply_wake_ups(
         "AGENTWORKER_LEASE_SECONDS": "2",
         "AGENTWORKER_SWEEP_INTERVAL": "0.5",
         "AGENTWORKER_LOST_WAKEUP_SECONDS": "2",
-        "AGENTWORKER_STEP_TIME_LIMIT": "8",
+        "AGENTWORKER_STEP_TIME_LIMIT": "4",
         "AGENTWORKER_VISIBILITY_TIMEOUT": "10",
     }
     for key, value in env.items():

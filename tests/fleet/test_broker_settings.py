@@ -180,3 +180,29 @@ def test_declaring_at_start_is_for_amqp_only() -> None:
 
     app = create_app(settings("redis://127.0.0.1:1/0"))
     declare_queues(app, "classic")  # never connects
+
+
+def test_celery_limits_come_after_the_runners_deadline_and_backstop() -> None:
+    s = settings(REDIS, step_time_limit=60, step_chain_seconds=0.5, visibility_timeout=900)
+    config = celery_config(s)
+    backstop = 60 + 0.5 + s.step_grace_seconds
+    assert s.step_grace_seconds == 2.0
+    assert config["task_soft_time_limit"] > backstop
+    assert config["task_time_limit"] > config["task_soft_time_limit"]
+    assert config["task_time_limit"] == s.task_time_limit < 900
+
+
+def test_the_broker_check_counts_celerys_hard_limit_not_the_step_alone() -> None:
+    # 3597 s of step fits under the hour, its hard limit (after grace and margins) does not
+    with pytest.raises(BrokerLimitError) as caught:
+        settings(REDIS, step_time_limit=3597, visibility_timeout=3600)
+    assert "Celery's hard time limit" in str(caught.value)
+
+
+def test_the_workers_runner_gets_the_step_time_limit() -> None:
+    from agentworker.wiring import create_app, make_runner
+
+    s = settings(REDIS, step_time_limit=42, agent_loader="tests.support.fleet_agents:loader")
+    runner = make_runner(s, create_app(s))
+    assert runner.kernel.step_time_limit == 42
+    assert runner._keeper.step_time_limit == 42

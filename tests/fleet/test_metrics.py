@@ -197,3 +197,54 @@ def test_webhook_delivery_attempts_are_counted_by_outcome(monkeypatch: pytest.Mo
     assert [task.run("m1"), task.run("m2"), task.run("m3")] == ["delivered", "retry", "delivered"]
     assert value("agentworker_webhook_deliveries_total", outcome="delivered") - before == 2
     assert value("agentworker_webhook_deliveries_total", outcome="retry") - retries == 1
+
+
+def test_sync_tool_threads_abandoned_are_counted_after_each_step() -> None:
+    from runner_core._engine import aio
+
+    store = InMemoryAgentTurnStore()
+    runner = AgentRunner(store, InMemoryAgentLoader(agents(memory_fail_once())))
+    queue: list[str] = []
+    runner.dispatcher = queue.append
+    step_once(runner, runner.start(ROOT, "go").id, "w1")  # what was abandoned before: counted
+    before = value("agentworker_abandoned_tool_threads_total")
+    # When a timeout abandons two threads in this process, then a step ends
+    aio.ABANDONED_THREADS.add(2)
+    step_once(runner, runner.start(ROOT, "again").id, "w1")
+    step_once(runner, runner.start(ROOT, "once more").id, "w1")
+    # Then the two are counted, once
+    assert value("agentworker_abandoned_tool_threads_total") - before == 2
+
+
+def test_a_lease_cut_at_the_backstop_is_counted() -> None:
+    import threading
+
+    from runner_core import Agent, AiMessage, FunctionModel, ModelRequest
+    from runner_core.worker import on_lease_cut
+
+    release = threading.Event()
+
+    def hangs(request: ModelRequest) -> AiMessage:
+        release.wait(10)
+        return AiMessage("late")
+
+    on_lease_cut(metrics.lease_cut)  # as make_runner does
+    runner = AgentRunner(
+        InMemoryAgentTurnStore(),
+        InMemoryAgentLoader([Agent("hangs", FunctionModel(hangs))]),
+        step_time_limit=0.1,
+    )
+    before = value("agentworker_leases_cut_total")
+    fenced_before = value("agentworker_fenced_steps_total", reason="lease_cut")
+    turn = runner.start("hangs", "go")
+    outcome: list[str] = []
+    worker = threading.Thread(target=lambda: outcome.append(step_once(runner, turn.id, "w1")))
+    worker.start()
+    deadline = time.monotonic() + 5
+    while value("agentworker_leases_cut_total") == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    release.set()
+    worker.join(5)
+    assert value("agentworker_leases_cut_total") - before == 1
+    assert outcome == ["fenced"]
+    assert value("agentworker_fenced_steps_total", reason="lease_cut") - fenced_before == 1

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
+from celery.exceptions import SoftTimeLimitExceeded
 
 from runner_core import (
     Agent,
@@ -20,6 +22,7 @@ from runner_core import (
     AiMessage,
     FunctionModel,
     InMemoryAgentLoader,
+    Middleware,
     ModelError,
     ModelRequest,
     ToolCall,
@@ -173,3 +176,88 @@ def agents() -> list[Agent]:
 def loader() -> InMemoryAgentLoader:
     """The loader workers import."""
     return InMemoryAgentLoader(agents())
+
+
+# -- steps that run too long (tests/e2e/test_pools.py) ---------------------------------------
+@tool(timeout=1)
+def sleepy(seconds: float) -> str:
+    """Sleep past this tool's own timeout."""
+    time.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@tool
+def hang() -> str:
+    """Never return (an hour), with no timeout of its own: only the step's deadline cuts it."""
+    _redis().incr(PREFIX + "hang-started:" + AgentToolContext.current().turn_id)
+    time.sleep(3600)
+    return "woke up"
+
+
+#: How long the hung model's first call of a turn blocks (past the step's backstop).
+MODEL_HANG_SECONDS = 12.0
+
+
+def _hangs_once(request: ModelRequest) -> AiMessage:
+    """A sync model call that hangs on a turn's first call (nothing in the call can cut it)."""
+    first = request.messages[1] if request.messages[0].role == "system" else request.messages[0]
+    if _redis().incr(PREFIX + "model-calls:" + first.id) == 1:
+        time.sleep(MODEL_HANG_SECONDS)
+        return AiMessage("the hung call's answer")
+    return AiMessage("answered after a hang")
+
+
+class _SoftLimitOnce(Middleware):
+    """Celery's soft limit, raised around a turn's first step (outside its calls)."""
+
+    def wrap_step(self, turn: Any, call_next: Callable[[], Any]) -> Any:
+        """Raise ``SoftTimeLimitExceeded`` the first time, then step."""
+        if _redis().incr(PREFIX + "interrupted:" + turn.id) == 1:
+            raise SoftTimeLimitExceeded()
+        return call_next()
+
+
+def pool_agents() -> list[Agent]:
+    """Steps that run too long: a tool past its timeout, a tool and a model that hang."""
+    return [
+        Agent("e2e-sleepy", _script(("sleepy", {"seconds": 8.0})), tools=[sleepy]),
+        Agent("e2e-hang", _script(("hang", {})), tools=[hang]),
+        Agent("e2e-hung-model", FunctionModel(_hangs_once)),
+        Agent(
+            "e2e-interrupted",
+            FunctionModel(lambda r: AiMessage("after the interruption")),
+            middleware=[_SoftLimitOnce()],
+        ),
+    ]
+
+
+def pool_loader() -> InMemoryAgentLoader:
+    """The loader of the pool suites' workers."""
+    return InMemoryAgentLoader(pool_agents())
+
+
+# -- per-process dependencies ----------------------------------------------------------------
+DEPS_GREETING = "hello from the deps"
+
+
+def _build_deps() -> dict[str, Any]:
+    """Record which process built its dependencies (once per process, if all is well)."""
+    _redis().rpush(PREFIX + "deps-built", os.getpid())
+    return {"pid": os.getpid(), "greeting": DEPS_GREETING}
+
+
+@tool
+def whoami() -> str:
+    """Say which process's dependencies this call got."""
+    time.sleep(0.3)  # long enough that both prefork children get turns
+    return json.dumps(AgentToolContext.current().deps, sort_keys=True)
+
+
+def deps_agents() -> list[Agent]:
+    """An agent whose tool reads per-process dependencies (``Agent(deps=...)``)."""
+    return [Agent("e2e-deps", _script(("whoami", {})), tools=[whoami], deps=_build_deps)]
+
+
+def deps_loader() -> InMemoryAgentLoader:
+    """The loader of the dependency suite's workers."""
+    return InMemoryAgentLoader(deps_agents())
