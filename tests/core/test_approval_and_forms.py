@@ -218,7 +218,7 @@ def test_user_input_without_call_id_fits_the_waiting_call(runner: AgentRunner) -
     assert [m.content for m in tool_messages(done.messages)] == ["yes"]
 
 
-def test_second_approval_in_the_same_turn_suspends_again(runner: AgentRunner) -> None:
+def test_two_approvals_of_one_response_wait_for_both_answers(runner: AgentRunner) -> None:
     ledger: list[str] = []
     script = Script(
         ask(
@@ -231,8 +231,9 @@ def test_second_approval_in_the_same_turn_suspends_again(runner: AgentRunner) ->
 
     turn = runner.resume(turn.id, AgentResumeCommand.approve_tool("r1"))
     assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
-    assert turn.suspension is not None and turn.suspension.correlation_id == "r2"
-    assert ledger == [f"{turn.id}:r1"]
+    assert turn.suspension is not None and turn.suspension.correlation_id == "r1"
+    assert [c["call_id"] for c in turn.suspension.metadata["calls"]] == ["r1", "r2"]
+    assert ledger == []  # nothing runs until every call of the response is answered
 
     turn = runner.resume(turn.id, AgentResumeCommand.approve_tool("r2"))
     assert turn.status is AgentTurnStatus.COMPLETED

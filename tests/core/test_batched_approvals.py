@@ -110,7 +110,9 @@ def test_approve_one_reject_one_completes_with_both_answers(store: AgentTurnStor
     assert done.state.approved_call_ids == [] and done.state.rejected_calls == {}
 
 
-def test_a_partial_answer_suspends_again_listing_what_is_left(store: AgentTurnStore) -> None:
+def test_a_partial_answer_keeps_the_turn_waiting_and_runs_nothing(
+    store: AgentTurnStore,
+) -> None:
     # Given the turn waits on r1 and r2
     ledger = Ledger()
     runner, events = runner_on(store)
@@ -119,18 +121,20 @@ def test_a_partial_answer_suspends_again_listing_what_is_left(store: AgentTurnSt
     # When only the first is approved (the single-call command)
     again = runner.resume(turn.id, AgentResumeCommand.approve_tool("r1"))
 
-    # Then r1 ran and the turn waits for r2 alone
-    assert ledger.runs == ["l1", "r1"]
+    # Then the turn still waits with the same list, and r1 has not run
+    assert ledger.runs == ["l1"]
     assert again.status is S.WAITING_FOR_APPROVAL
     s = again.suspension
-    assert s is not None and s.correlation_id == "r2"
-    assert s.metadata["calls"] == [{"call_id": "r2", "tool": "refund", "arguments": {"amount": 7}}]
-    assert [c.id for c in again.state.pending_tool_calls] == ["r2"]
+    assert s is not None and s.correlation_id == "r1"
+    assert [c["call_id"] for c in s.metadata["calls"]] == ["r1", "r2"]
 
+    # And once r2 is rejected, r1 runs and the turn completes with both answers
     done = runner.resume(turn.id, AgentResumeCommand.reject_tool("r2", "no"))
     assert done.status is S.COMPLETED
     assert ledger.runs == ["l1", "r1"]
-    assert len(events.of(E.TOOL_APPROVAL_REQUESTED)) == 2
+    answered = {m.call_id for m in tool_messages(done.messages)}
+    assert {"r1", "r2"} <= answered
+    assert len(events.of(E.TOOL_APPROVAL_REQUESTED)) == 1
 
 
 def test_a_still_unresolved_call_keeps_the_turn_waiting(store: AgentTurnStore) -> None:

@@ -16,7 +16,7 @@ from runner_core import (
 )
 from runner_core.errors import InvalidArgumentError
 from runner_core.resume import approval_calls, waiting_calls
-from tests.support.approvals import CALLS, listed_calls, refunds_agent, waiting_on_two
+from tests.support.approvals import CALLS, listed_calls, refunds_agent, unlisted, waiting_on_two
 from tests.support.scripts import EventLog, content, tool_messages
 
 E = AgentEventType
@@ -176,8 +176,9 @@ def test_a_partial_answer_sends_no_wake_up(
 
 
 def test_a_single_call_suspension_without_a_list(runner: AgentRunner) -> None:
-    # Given a turn suspended on its first call by an engine that lists no calls
+    # Given a turn suspended on its first call by an engine that listed no calls
     turn = runner.run(refunds_agent([], "one-refund", calls=CALLS[:1]), "refund")
+    turn = unlisted(runner, turn)
     suspension = turn.state.suspension
     assert suspension is not None and "calls" not in suspension.metadata
 

@@ -20,7 +20,7 @@ from agentworker.cli.commands import NOTHING_TO_DO, app
 from agentworker.settings import Settings
 from agentworker.wiring import create_app, make_runner
 from runner_core import AgentRunner, AgentTurnStatus
-from tests.support.approvals import batched, listed_calls
+from tests.support.approvals import listed_calls, listing_both
 from tests.support.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -127,7 +127,11 @@ def test_list_json_has_times_and_what_a_turn_waits_for(runner: AgentRunner) -> N
     assert row["created_at"] <= row["updated_at"]
     assert row["waiting_for"]["type"] == "TOOL_APPROVAL"
     assert row["waiting_for"]["correlation_id"] == "c0"
-    assert row["waiting_for"]["metadata"] == {"tool": "pay", "arguments": {"amount": 5.0}}
+    assert row["waiting_for"]["metadata"] == {
+        "tool": "pay",
+        "arguments": {"amount": 5.0},
+        "calls": [{"call_id": "c0", "tool": "pay", "arguments": {"amount": 5.0}}],
+    }
     assert rows[done.id]["status"] == "COMPLETED" and rows[done.id]["waiting_for"] is None
 
 
@@ -287,7 +291,7 @@ def test_quarantined_lists_turns_moved_aside(runner: AgentRunner) -> None:
 
 
 def waiting_on_two(runner: AgentRunner) -> str:
-    return batched(runner, runner.run("e2e-refunds", "refund both")).id
+    return listing_both(runner.run("e2e-refunds", "refund both")).id
 
 
 def test_list_and_show_every_waiting_call(runner: AgentRunner) -> None:

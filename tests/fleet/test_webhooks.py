@@ -118,6 +118,7 @@ def test_a_waiting_turn_is_one_notification_delivered_after_retries_with_one_id(
         assert verified["data"]["suspension"]["metadata"] == {
             "tool": "pay",
             "arguments": {"amount": 5},
+            "calls": [{"call_id": "c1", "tool": "pay", "arguments": {"amount": 5}}],
         }
     [entry] = outbox.log_of(turn.id)
     assert (entry["id"], entry["state"], len(entry["attempts"])) == (msg_id, "delivered", 3)
@@ -329,7 +330,6 @@ def test_a_cancel_that_notified_leaves_nothing_for_the_sweep(
 
 
 def test_the_approval_payload_lists_every_waiting_call(server: RedisServer) -> None:
-    # Verified on a suspension rewritten to the batched shape (tests/support/approvals.py)
     runner = AgentRunner(turn_store=RedisAgentTurnStore(server.url, namespace=uuid.uuid4().hex))
     recorded: list[Any] = []
     runner.add_event_listener(recorded.append)
@@ -360,9 +360,6 @@ def test_a_single_call_approval_payload_is_a_list_of_one(
     assert data["calls"] == [{"call_id": "c1", "tool": "pay", "arguments": {"amount": 5}}]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the step engine suspends once for all approvals of a response"
-)
 def test_the_delivered_approval_lists_both_calls_of_one_response(
     server: RedisServer, receiver: Receiver
 ) -> None:

@@ -102,7 +102,11 @@ def test_an_approval_flow_over_http(api: Api) -> None:
     waiting = api.get(f"/turns/{turn_id}").json()
     assert waiting["status"] == "WAITING_FOR_APPROVAL"
     assert waiting["suspension"]["correlation_id"] == "c1"
-    assert waiting["suspension"]["metadata"] == {"tool": "pay", "arguments": {"amount": 5}}
+    assert waiting["suspension"]["metadata"] == {
+        "tool": "pay",
+        "arguments": {"amount": 5},
+        "calls": [{"call_id": "c1", "tool": "pay", "arguments": {"amount": 5}}],
+    }
 
     answer = api.post(f"/turns/{turn_id}/resume", {"command": "approve_tool", "call_id": "c1"})
 

@@ -14,7 +14,7 @@ from agentworker.http import create_http_app
 from agentworker.settings import Settings
 from runner_core import AgentRunner, InMemoryAgentLoader
 from stores import RedisAgentTurnStore
-from tests.support.approvals import batched, listed_calls, refunds_agent
+from tests.support.approvals import listed_calls, listing_both, refunds_agent
 from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -56,7 +56,7 @@ def waiting(http: TestClient, runner: AgentRunner) -> str:
     created = http.post("/turns", json={"agent": "refunds", "input": "refund both"})
     assert created.status_code == 201, created.text
     turn_id = str(created.json()["id"])
-    batched(runner, runner.restore(turn_id))
+    listing_both(runner.restore(turn_id))
     return turn_id
 
 

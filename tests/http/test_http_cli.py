@@ -18,7 +18,7 @@ from agentworker.http import create_http_app
 from agentworker.settings import Settings
 from runner_core import AgentRunner, InMemoryAgentLoader
 from tests.support.agents import approval_agent
-from tests.support.approvals import batched, refunds_agent
+from tests.support.approvals import listing_both, refunds_agent
 from tests.support.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -69,7 +69,11 @@ def test_the_cli_lists_the_inbox_and_approves_over_http(url: str) -> None:
     assert listed.exit_code == 0, listed.output
     [waiting] = json.loads(listed.output)
     assert waiting["id"] == turn.id
-    assert waiting["suspension"]["metadata"] == {"tool": "pay", "arguments": {"amount": 5}}
+    assert waiting["suspension"]["metadata"] == {
+        "tool": "pay",
+        "arguments": {"amount": 5},
+        "calls": [{"call_id": "c1", "tool": "pay", "arguments": {"amount": 5}}],
+    }
 
     table = cli.invoke(app, ["http", "inbox"], env=env)
     assert turn.id in table.output and "pay" in table.output
@@ -92,7 +96,7 @@ def test_an_unreachable_api_is_one_line(url: str) -> None:
 
 def waiting_on_two(url: str, runner: AgentRunner) -> str:
     turn = AgentworkerClient(url, token="acme").start("refunds", "refund both")
-    batched(runner, runner.restore(turn.id))
+    listing_both(runner.restore(turn.id))
     return turn.id
 
 

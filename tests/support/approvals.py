@@ -1,9 +1,8 @@
 """A turn that waits on two tool approvals at once, for the resume, HTTP and console suites.
 
 The step engine suspends once for every call of a response that needs approval, listing
-them in ``suspension.metadata["calls"]``. ``batched`` gives a suspended turn that shape
-whatever engine built it: when the suspension already lists its calls it is left alone;
-an older single-call suspension is rewritten (one commit) to list every pending call.
+them in ``suspension.metadata["calls"]``; ``unlisted`` rewrites such a turn (one commit) as
+a snapshot stored before suspensions listed their calls.
 """
 
 from __future__ import annotations
@@ -54,24 +53,25 @@ def listed_calls() -> list[dict[str, Any]]:
     return [{"call_id": c.id, "tool": c.name, "arguments": c.arguments} for c in CALLS]
 
 
-def batched(runner: AgentRunner, turn: AgentTurn) -> AgentTurn:
-    """``turn`` (waiting for approval) with a suspension that lists every pending call."""
+def unlisted(runner: AgentRunner, turn: AgentTurn) -> AgentTurn:
+    """``turn`` as a snapshot stored before suspensions listed their calls (no ``calls``)."""
     assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
     suspension = turn.state.suspension
     assert suspension is not None
-    if "calls" in suspension.metadata:
-        return turn
-    calls = [
-        {"call_id": c.id, "tool": c.name, "arguments": c.arguments}
-        for c in turn.state.pending_tool_calls
-    ]
-    metadata = {**suspension.metadata, "calls": calls}
+    metadata = {k: v for k, v in suspension.metadata.items() if k != "calls"}
     turn.state.suspension = suspension.model_copy(update={"metadata": metadata})
     runner.kernel.commit(turn)
     return runner.restore(turn.id)
 
 
+def listing_both(turn: AgentTurn) -> AgentTurn:
+    """``turn``, checked to wait for approval of both refunds in one suspension."""
+    assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+    assert turn.state.suspension is not None
+    assert turn.state.suspension.metadata.get("calls") == listed_calls()
+    return turn
+
+
 def waiting_on_two(runner: AgentRunner, ledger: list[str], agent_id: str = "refunds") -> AgentTurn:
     """Run the refunds agent until it waits on both calls (one suspension listing them)."""
-    turn = runner.run(refunds_agent(ledger, agent_id), "refund orders 1001 and 1002")
-    return batched(runner, turn)
+    return listing_both(runner.run(refunds_agent(ledger, agent_id), "refund orders 1001 and 1002"))

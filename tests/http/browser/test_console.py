@@ -37,7 +37,7 @@ from runner_core import (
     tool,
 )
 from tests.support.agents import approval_agent
-from tests.support.approvals import batched, refunds_agent
+from tests.support.approvals import listing_both, refunds_agent
 from tests.support.servers import RedisServer, free_port
 
 CHROMIUM = os.environ.get("AGENTWORKER_CHROMIUM") or shutil.which("chromium")
@@ -256,7 +256,7 @@ def test_rejecting_from_the_inbox_with_a_reason_tells_the_model(page: Any, base_
 
 def waiting_on_two(base_url: str, runner: AgentRunner) -> str:
     turn_id = start_turn(base_url, "refunds", "refund both")
-    batched(runner, runner.restore(turn_id))
+    listing_both(runner.restore(turn_id))
     return turn_id
 
 
