@@ -104,6 +104,9 @@ async def producer_workout(runner: AgentRunner) -> Workout:
         started = await runner.astart(pay, "pay 5 once a worker runs it")
         cancelled = await runner.acancel(started.id, "changed my mind")
         restored = await runner.arestore(resumed.id)
+    aclose = getattr(runner.store, "aclose", None)
+    if aclose is not None:
+        await aclose()  # this loop's asyncio client, as an app does at shutdown
     out.max_gap, out.ticks = ticker.max_gap, ticker.ticks
     turns = {
         "napped": napped,
