@@ -27,6 +27,7 @@ from runner_core import (
     InMemoryAgentLoader,
     InvalidResumeError,
     StoreUnavailableError,
+    TurnLeasedError,
     TurnNotFoundError,
 )
 from runner_core.store import AsyncTurnStore
@@ -237,3 +238,36 @@ def test_an_unavailable_store_raises_the_same_error(own_redis: RedisServer, name
         asyncio.run(start())
     with pytest.raises(StoreUnavailableError):
         runner.start(approval_agent(), "pay")
+
+
+def test_a_live_lease_refuses_the_async_resume_and_keeps_the_cancel_a_flag(
+    redis_store: RedisAgentTurnStore,
+) -> None:
+    # Given a turn waiting for approval while the worker that took it holds its lease
+    sent: list[str] = []
+    runner = _runner(redis_store, sent)
+    started = runner.start(approval_agent(), "pay")
+    held = runner.claim(started.id, "worker-1")
+    assert held is not None
+    while held.status is not S.WAITING_FOR_APPROVAL:
+        runner.step(held)
+    version = redis_store.load(started.id).version
+    sent.clear()
+    waiting = held
+
+    async def produce() -> AgentTurnStatus:
+        with pytest.raises(TurnLeasedError):
+            await runner.asubmit_resume(waiting.id, AgentResumeCommand.approve_tool("c1"))
+        status = (await runner.acancel(waiting.id, "stop")).status
+        await redis_store.aclose()
+        return status
+
+    # When a producer resumes it (refused) and cancels it (the flag only)
+    status = asyncio.run(produce())
+
+    # Then nothing was applied over the lease; the owner will end the turn
+    stored = redis_store.load(waiting.id)
+    assert status is S.WAITING_FOR_APPROVAL and stored.status is S.WAITING_FOR_APPROVAL
+    assert stored.version == version and stored.cancel_requested
+    assert sent == [waiting.id]  # the owner's wake-up, sent from a thread
+    runner.release(held)
