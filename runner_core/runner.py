@@ -26,10 +26,7 @@ from runner_core.errors import (
 from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
 from runner_core.messages import Message, UserMessage
 from runner_core.middleware import Middleware
-from runner_core.policy import (
-    AgentExecutionPolicy,
-    AgentTurnOptions,
-)
+from runner_core.policy import AgentExecutionPolicy, AgentTurnOptions
 from runner_core.resume import AgentResumeCommand, ResumeKind, apply_resume, check_resume
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus

@@ -15,7 +15,7 @@ import asyncio
 import uuid
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 from runner_core._engine import aio, tracing
 from runner_core.agent import Agent
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from runner_core.runner import AgentRunner
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def refuse_blocking_call(name: str) -> None:
@@ -57,7 +58,7 @@ def refuse_blocking_call(name: str) -> None:
         )
 
 
-async def off_loop(call: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+async def off_loop(call: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``call(*args, **kwargs)`` in a worker thread (the loop's default executor)."""
     return await asyncio.to_thread(call, *args, **kwargs)
 
