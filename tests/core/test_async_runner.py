@@ -24,7 +24,7 @@ from runner_core._engine import aio
 from runner_core._engine.aio import LoopReentryError
 from runner_core.testing import EventLog
 from tests.support.agents import approval_agent
-from tests.support.loop_watch import MAX_STALL_SECONDS, producer_workout
+from tests.support.loop_watch import MAX_STALL_SECONDS, Ticker, napping_agent, producer_workout
 from tests.support.scripts import stored_ids
 
 S = AgentTurnStatus
@@ -53,6 +53,18 @@ def test_the_loop_keeps_ticking_while_turns_start_resume_and_cancel(runner: Agen
     assert runner.store.load(done.ids["napped"]).final_output == "rested"
     assert runner.store.load(done.ids["cancelled"]).terminal_reason == "changed my mind"
     assert {done.ids["napped"], done.ids["cancelled"]} <= {e.turn_id for e in log.events}
+
+
+def test_the_ticker_sees_a_sync_run_freeze_the_loop(runner: AgentRunner) -> None:
+    # The gauge of the test above: the same 0.5 s tool, run by the sync method on the loop
+    async def blocked() -> float:
+        async with Ticker() as ticker:
+            with pytest.warns(RuntimeWarning):
+                runner.run(napping_agent(), "take a nap")
+            await asyncio.sleep(0.01)
+        return ticker.max_gap
+
+    assert asyncio.run(blocked()) >= 0.45
 
 
 def test_async_twins_return_what_the_sync_methods_return(runner: AgentRunner) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -44,6 +45,10 @@ class Ticker:
             last = now
 
     async def __aenter__(self) -> Ticker:
+        # A full collection over a whole test session's objects can pause any thread for
+        # tens of ms: what the ticker measures is the code under test, not that.
+        gc.collect()
+        gc.freeze()
         self._task = asyncio.create_task(self._tick())
         await asyncio.sleep(0)
         return self
@@ -60,6 +65,8 @@ class Ticker:
             await self._task
         except asyncio.CancelledError:
             pass
+        finally:
+            gc.unfreeze()
 
 
 @tool
