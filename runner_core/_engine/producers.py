@@ -118,11 +118,7 @@ class AsyncProducers:
                 turn_id=turn_id,
             )
         turn = self._new_turn(agent, input, history, None, options, turn_id, await store.anow())
-        try:
-            await runner.kernel.acommit(turn, store.acommit)
-        finally:
-            await self._aflush()
-        await self._adispatch(turn)
+        await self._acommit_and_hand_on(turn, store)
         return turn
 
     async def aresume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
@@ -151,11 +147,7 @@ class AsyncProducers:
         apply_resume(turn.state, command, await store.anow())
         kind = command.kind.value
         runner.kernel.emit(turn, AgentEventType.TURN_RESUMED, after_save=True, command=kind)
-        try:
-            await runner.kernel.acommit(turn, store.acommit)
-        finally:
-            await self._aflush()
-        await self._adispatch(turn)
+        await self._acommit_and_hand_on(turn, store)
         return turn
 
     async def acancel(self, turn_id: str, reason: str | None = None) -> AgentTurn:
@@ -172,7 +164,7 @@ class AsyncProducers:
         if first.conversation_id is not None and first.parent_turn_id is None:
             return await off_loop(runner.cancel, turn_id, reason)
         try:
-            turn = await self._acancel_one(store, turn_id, reason)
+            turn = await self._acancel_one(store, turn_id, reason, first)
             for child_id in await _descendants(store, turn_id):
                 await self._acancel_one(store, child_id, reason)
         finally:
@@ -246,10 +238,14 @@ class AsyncProducers:
         return AgentTurn(snapshot, loader.load(snapshot.agent_id, snapshot.agent_version))
 
     async def _acancel_one(
-        self, store: AsyncTurnStore, turn_id: str, reason: str | None
+        self,
+        store: AsyncTurnStore,
+        turn_id: str,
+        reason: str | None,
+        snapshot: AgentTurnSnapshot | None = None,
     ) -> AgentTurn:
         runner = self._runner()
-        turn = self._turn_of(await store.aload(turn_id))
+        turn = self._turn_of(snapshot if snapshot is not None else await store.aload(turn_id))
         if turn.status.is_terminal:
             return turn
         event = make_event(turn.state, AgentEventType.CANCELLATION_REQUESTED, {"reason": reason})
@@ -278,10 +274,26 @@ class AsyncProducers:
             return False
         return True
 
-    async def _adispatch(self, turn: AgentTurn) -> None:
+    async def _acommit_and_hand_on(self, turn: AgentTurn, store: AsyncTurnStore) -> None:
+        """Commit a producer's change, then flush listeners and send the wake-up.
+
+        What ``start`` and ``submit_resume`` do after their commit, in that order, in one
+        worker-thread hop (none when nobody listens and there is no dispatcher).
+        """
         runner = self._runner()
+        try:
+            await runner.kernel.acommit(turn, store.acommit)
+        except BaseException:
+            await self._aflush()
+            raise
+        if runner.events.active or runner.dispatcher is not None:
+            await off_loop(self._hand_on, turn)
+
+    def _hand_on(self, turn: AgentTurn) -> None:
+        runner = self._runner()
+        runner.events.flush()
         if runner.dispatcher is not None:
-            await off_loop(runner.dispatch, turn.id, marked=True, agent_id=turn.state.agent_id)
+            runner.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
 
     async def _aflush(self) -> None:
         events = self._runner().events
