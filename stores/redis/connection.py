@@ -29,6 +29,7 @@ from redis.connection import SSLConnection
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
+    DataError,
     MasterDownError,
     RedisClusterException,
     SlotNotCoveredError,
@@ -38,6 +39,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from runner_core.errors import ConfigurationError, StoreUnavailableError
+
+try:
+    import hiredis
+except ImportError:  # an optional speed-up of redis-py (the [redis] extra brings it)
+    hiredis = None  # type: ignore[assignment]
 
 __all__ = [
     "CLUSTER_SCHEMES",
@@ -122,7 +128,54 @@ def async_twin(client: Redis) -> Any:
         options.update({k: kwargs[k] for k in _ASYNC_SSL_OPTIONS if kwargs.get(k) is not None})
     for key in ("socket_timeout", "socket_connect_timeout"):
         options[key] = kwargs.get(key, 5.0)
-    return aioredis.Redis(retry=async_retry(), **options)
+    return packing_with_hiredis(aioredis.Redis(retry=async_retry(), **options))
+
+
+class _HiredisPacking:
+    """Packs commands with hiredis, as redis-py's sync connections do.
+
+    redis.asyncio packs in Python, several times slower for the long argument lists of the
+    store's scripts (a commit sends dozens of arguments), and that time is spent on the
+    caller's event loop.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:
+            raise DataError(str(exc)) from exc
+
+
+class _PackedConnection(_HiredisPacking, aioredis.Connection):
+    """``redis.asyncio.Connection`` packing with hiredis."""
+
+
+class _PackedSSLConnection(_HiredisPacking, aioredis.SSLConnection):
+    """``redis.asyncio.SSLConnection`` packing with hiredis."""
+
+
+class _PackedUnixConnection(_HiredisPacking, aioredis.UnixDomainSocketConnection):
+    """``redis.asyncio.UnixDomainSocketConnection`` packing with hiredis."""
+
+
+_PACKED: dict[type[Any], type[Any]] = {
+    aioredis.Connection: _PackedConnection,
+    aioredis.SSLConnection: _PackedSSLConnection,
+    aioredis.UnixDomainSocketConnection: _PackedUnixConnection,
+}
+
+
+def packing_with_hiredis(client: Any) -> Any:
+    """``client`` (a ``redis.asyncio.Redis``) packing its commands with hiredis, if installed."""
+    if hiredis is None:
+        return client
+    pool = client.connection_pool
+    pool.connection_class = _PACKED.get(pool.connection_class, pool.connection_class)
+    return client
 
 
 def _credentials(username: str | None, password: str | None) -> dict[str, Any]:
@@ -253,7 +306,7 @@ def async_client(
         options["retry"] = retry
     if not is_cluster_url(url):
         _check_plain(url)
-        return aioredis.Redis.from_url(url, **options)
+        return packing_with_hiredis(aioredis.Redis.from_url(url, **options))
     seeds, from_url = cluster_seeds(url)
     from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 

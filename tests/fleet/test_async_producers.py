@@ -57,6 +57,8 @@ def woken(server: RedisServer) -> list[str]:
 def test_the_fleet_runner_starts_resumes_and_cancels_from_a_loop(
     fleet_runner: AgentRunner, server: RedisServer
 ) -> None:
+    # The app's first publish connects and imports the broker transport (once per process)
+    fleet_runner.start("pay-agent", "warm up")
     redis.Redis(port=server.port, db=1).flushdb()
     waiting = fleet_runner.run("pay-agent", "pay")  # embedded steps, then async producers
 

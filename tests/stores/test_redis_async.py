@@ -271,3 +271,21 @@ def test_a_live_lease_refuses_the_async_resume_and_keeps_the_cancel_a_flag(
     assert stored.version == version and stored.cancel_requested
     assert sent == [waiting.id]  # the owner's wake-up, sent from a thread
     runner.release(held)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("EVALSHA", "ab12", 2, "k1", b"k2", "é", 1.5, -3, b"\x00\xff"),
+        ("SCRIPT LOAD", "return 1"),
+        (b"CLIENT SETNAME", "agentworker"),
+        ("SET", "k", "x" * 10_000),
+    ],
+)
+def test_asyncio_connections_pack_with_hiredis_byte_for_byte(args: tuple[Any, ...]) -> None:
+    from stores.redis.connection import _PackedConnection, async_client
+
+    packed = b"".join(_PackedConnection().pack_command(*args))
+    assert packed == b"".join(AsyncConnection().pack_command(*args))
+    client = async_client("redis://127.0.0.1:1/0")
+    assert client.connection_pool.connection_class is _PackedConnection
