@@ -49,6 +49,7 @@ def refuse_blocking_call(name: str) -> None:
             f"AgentRunner.{name}() was called on the process event loop's own thread, where "
             f"it would wait on itself; await AgentRunner.a{name}() there instead"
         )
+    # get_running_loop() raises without a loop; a sync call without one is the common case
     if asyncio._get_running_loop() is not None:
         warnings.warn(
             f"AgentRunner.{name}() blocks the running event loop until it returns; "
