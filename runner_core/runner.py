@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -12,27 +11,22 @@ from runner_core._engine import tracing
 from runner_core._engine.children import descendants
 from runner_core._engine.kernel import TurnKernel
 from runner_core._engine.leases import HeldLease, LeaseKeeper
+from runner_core._engine.producers import AsyncProducers, refuse_blocking_call
 from runner_core._engine.step import may_step, run_step
 from runner_core._engine.unloadable import UnloadableTurns
 from runner_core._engine.wakeups import Dispatcher, Waker
 from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
-from runner_core.conversation import ChatMemory, attach_window, project
+from runner_core.conversation import ChatMemory, project
 from runner_core.errors import (
     AgentNotFoundError,
     ConcurrentModificationError,
-    ConfigurationError,
     InvalidResumeError,
     TurnLeasedError,
 )
 from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
-from runner_core.messages import Message, SystemMessage, UserMessage
+from runner_core.messages import Message, UserMessage
 from runner_core.middleware import Middleware
-from runner_core.policy import (
-    AgentExecutionPolicy,
-    AgentTurnOptions,
-    as_user_message,
-    validate_metadata,
-)
+from runner_core.policy import AgentExecutionPolicy, AgentTurnOptions
 from runner_core.resume import AgentResumeCommand, ResumeKind, apply_resume, check_resume
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
@@ -44,7 +38,7 @@ log = logging.getLogger("runner_core.runner")
 ChatMemoryProvider = Callable[[str], "ChatMemory"]
 
 
-class AgentRunner:
+class AgentRunner(AsyncProducers):
     """Runs turns; holds no turn state itself, so one runner serves a whole application."""
 
     def __init__(
@@ -103,6 +97,7 @@ class AgentRunner:
         options: AgentTurnOptions | None = None,
     ) -> AgentTurn:
         """Create a turn and step it until it blocks or ends."""
+        refuse_blocking_call("run")
         turn = self._create(agent, input, history, conversation_id, options)
         return self.run_until_blocked(turn)
 
@@ -121,6 +116,7 @@ class AgentRunner:
         ``turn_id``: the caller's id for the turn (default: a new uuid). Starting again with
         an id that exists raises ``ConcurrentModificationError`` and creates nothing.
         """
+        refuse_blocking_call("start")
         turn = self._create(agent, input, history, conversation_id, options, turn_id)
         self.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
         return turn
@@ -134,40 +130,9 @@ class AgentRunner:
         options: AgentTurnOptions | None,
         turn_id: str | None = None,
     ) -> AgentTurn:
-        if history is not None and conversation_id is not None:
-            raise ValueError("pass history= or conversation_id=, not both")
-        if conversation_id is not None and self.chat_memory_provider is None:
-            raise ConfigurationError(
-                f"conversation {conversation_id!r}: no chat_memory_provider is configured"
-            )
-        options = options or AgentTurnOptions()
-        metadata = validate_metadata(options.metadata)
-        agent = self._agent(agent_ref)
-        user = as_user_message(input)
-        if conversation_id is not None:
-            memory = self._memory(conversation_id)
-            recent = memory.get_model_messages(agent.max_attached_messages)
-            attached = attach_window(recent, agent.max_attached_turns)
-        else:
-            attached = [m for m in (history or ()) if not isinstance(m, SystemMessage)]
-        now = self.store.now()
-        turn_id = turn_id or uuid.uuid4().hex
-        state = AgentTurnSnapshot(
-            id=turn_id,
-            agent_id=agent.id,
-            agent_version=agent.version,
-            root_turn_id=turn_id,
-            messages=[*attached, user],
-            history_count=len(attached),
-            metadata=metadata,
-            streaming=options.streaming,
-            policy=options.policy,
-            created_at=now,
-            updated_at=now,
-            conversation_id=conversation_id,
+        turn = self._new_turn(
+            agent_ref, input, history, conversation_id, options, turn_id, self.store.now()
         )
-        tracing.turn_created(state)
-        turn = AgentTurn(state, agent)
         self.kernel.commit(turn)
         self.events.flush()
         return turn
@@ -217,7 +182,7 @@ class AgentRunner:
         self._inline.add(parent.id)
         try:
             for child_id in waiting_child_ids(parent.state):
-                child = self.restore(child_id)
+                child = self._restore(child_id)
                 if not child.status.is_terminal:
                     self.run_until_blocked(child)
         finally:
@@ -229,6 +194,10 @@ class AgentRunner:
     # -- restoring and resuming -------------------------------------------------------------
     def restore(self, turn_id: str) -> AgentTurn:
         """Load a turn from the store with the exact agent version it was created with."""
+        refuse_blocking_call("restore")
+        return self._restore(turn_id)
+
+    def _restore(self, turn_id: str) -> AgentTurn:
         snapshot = self.store.load(turn_id)
         turn = AgentTurn(snapshot, self.loader.load(snapshot.agent_id, snapshot.agent_version))
         self._project_new(turn, restoring=True)
@@ -236,15 +205,17 @@ class AgentRunner:
 
     def resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command, then run until the turn blocks or ends."""
+        refuse_blocking_call("resume")
         target = self._apply_resume(turn_id, command)
         self.run_until_blocked(target)
         if target.id != target.root_turn_id and target.status.is_terminal:
             # the tree goes on in this call, as it would had the root been resumed
-            self.run_until_blocked(self.restore(target.root_turn_id))
-        return target if target.id == turn_id else self.restore(turn_id)
+            self.run_until_blocked(self._restore(target.root_turn_id))
+        return target if target.id == turn_id else self._restore(turn_id)
 
     def submit_resume(self, turn_id: str, command: AgentResumeCommand) -> AgentTurn:
         """Apply a resume command and hand the turn to the dispatcher; do not run it."""
+        refuse_blocking_call("submit_resume")
         turn = self._apply_resume(turn_id, command)
         if turn.status is not AgentTurnStatus.WAITING_FOR_APPROVAL:  # else: a partial answer
             self.dispatch(turn.id, marked=True, agent_id=turn.state.agent_id)
@@ -257,7 +228,7 @@ class AgentRunner:
         and the error says when that lease runs out. Try again then (HTTP: 409 with
         Retry-After); the owner usually gives the lease back within one step.
         """
-        turn = self.restore(turn_id)
+        turn = self._restore(turn_id)
         if command.kind is ResumeKind.CHILD_COMPLETED:
             return self._child_completed(turn, command)
         if turn.status is AgentTurnStatus.WAITING_FOR_CHILD:
@@ -280,12 +251,12 @@ class AgentRunner:
         if child_id in parent.state.child_results:
             raise InvalidResumeError(parent.id, f"child {child_id!r} has already reported")
         self.store.report_child(child_id)  # normally done by the child's own last commit
-        return self.restore(parent.id)
+        return self._restore(parent.id)
 
     def _blocked_descendant(self, root: AgentTurn, command: AgentResumeCommand) -> AgentTurn:
         """The blocked descendant a command is meant for (resuming a root routes there)."""
         for child_id in descendants(self.store, root.id):
-            child = self.restore(child_id)
+            child = self._restore(child_id)
             try:
                 check_resume(child.state, command, self.store.now())
             except InvalidResumeError:
@@ -309,6 +280,7 @@ class AgentRunner:
         ends it at its next check. Embedded (no dispatcher), the tree then goes on in this
         call, as ``resume`` does, so a parent hears of a cancelled child.
         """
+        refuse_blocking_call("cancel")
         try:
             turn = self._cancel_one(turn_id, reason)
             for child_id in descendants(self.store, turn_id):
@@ -317,14 +289,18 @@ class AgentRunner:
             self.events.flush()
         root_id = turn.root_turn_id
         if self.dispatcher is None and root_id != turn_id and root_id not in self._inline:
-            root = self.restore(root_id)
-            if not root.status.is_terminal:
-                self.run_until_blocked(root)
-            return self.restore(turn_id)
+            return self._tree_goes_on(root_id, turn_id)
         return turn
 
+    def _tree_goes_on(self, root_id: str, turn_id: str) -> AgentTurn:
+        """Embedded: run the tree of an ended turn on, then read that turn again."""
+        root = self._restore(root_id)
+        if not root.status.is_terminal:
+            self.run_until_blocked(root)
+        return self._restore(turn_id)
+
     def _cancel_one(self, turn_id: str, reason: str | None) -> AgentTurn:
-        turn = self.restore(turn_id)
+        turn = self._restore(turn_id)
         if turn.status.is_terminal:
             return turn
         event = make_event(turn.state, AgentEventType.CANCELLATION_REQUESTED, {"reason": reason})
@@ -335,13 +311,13 @@ class AgentRunner:
                 self.events.deliver(event.sequenced(asked.first_sequence))
         idle = turn.status.is_blocked or turn.status is AgentTurnStatus.READY
         if idle and self._finalize_cancel(turn):
-            return self.restore(turn_id)
+            return self._restore(turn_id)
         self.wake([turn_id])  # its owner, or the next claim, ends it
         return turn
 
     def _finalize_cancel(self, turn: AgentTurn) -> bool:
         """End an idle cancelled turn now; False if an owner holds it (it ends it itself)."""
-        turn = self.restore(turn.id)
+        turn = self._restore(turn.id)
         if turn.status.is_terminal:
             return True
         reason = self.kernel.cancellation_reason(turn)

@@ -9,11 +9,12 @@ them, and only then do listeners get them (invariant 9). Provisional progress ev
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from runner_core._engine import tracing
@@ -179,26 +180,66 @@ class TurnKernel:
         which any further write raises ``LeaseLostError``). A refused commit changes
         nothing stored and drops the waiting events: the work they describe never happened.
         """
-        held = turn.held_lease
-        st = turn.state
         try:
-            if held is not None:
-                held.check()
-            st.updated_at = time.time()
-            release = last and held is not None and held.release_on_last_save
-            commit = Commit(
-                snapshot=st,
-                expected_version=st.version,
-                request_id=f"{self._rid_prefix}-{next(self._rids)}",
-                lease=held.ref() if held is not None else None,
-                release=release,
-                children=tuple(children),
-                events=self._events(turn, st.version + 1),
-                wake=(held is None or release) and self.wakes(),
-            )
+            commit = self._prepare(turn, children, last)
             result = self._write(turn, commit)
         finally:
             turn.pending_events, turn.pending_after_save = [], []
+        self._settle(turn, commit, result)
+        if self.bus.active:
+            self._announce(commit, result)
+        return result
+
+    async def acommit(
+        self, turn: AgentTurn, write: Callable[[Commit], Awaitable[SaveResult]]
+    ) -> SaveResult:
+        """``commit`` for a producer on an event loop, through an asyncio store's ``write``.
+
+        The same commit as ``commit`` (a writer without a lease: ``write`` is tried again
+        a few times while the store is unavailable); listeners hear its events from a
+        worker thread, so a slow listener does not stall the loop.
+        """
+        assert turn.held_lease is None, "only producers commit from an event loop"
+        try:
+            commit = self._prepare(turn, (), False)
+            for attempt in range(UNLEASED_TRIES):
+                try:
+                    result = await write(commit)
+                    break
+                except StoreUnavailableError:
+                    if attempt + 1 >= UNLEASED_TRIES:
+                        raise
+                    await asyncio.sleep(_BACKOFF[attempt])
+        finally:
+            turn.pending_events, turn.pending_after_save = [], []
+        self._settle(turn, commit, result)
+        if self.bus.active:
+            await asyncio.to_thread(self._announce, commit, result)
+        return result
+
+    def _prepare(
+        self, turn: AgentTurn, children: Sequence[AgentTurnSnapshot], last: bool
+    ) -> Commit:
+        held = turn.held_lease
+        st = turn.state
+        if held is not None:
+            held.check()
+        st.updated_at = time.time()
+        release = last and held is not None and held.release_on_last_save
+        return Commit(
+            snapshot=st,
+            expected_version=st.version,
+            request_id=f"{self._rid_prefix}-{next(self._rids)}",
+            lease=held.ref() if held is not None else None,
+            release=release,
+            children=tuple(children),
+            events=self._events(turn, st.version + 1),
+            wake=(held is None or release) and self.wakes(),
+        )
+
+    def _settle(self, turn: AgentTurn, commit: Commit, result: SaveResult) -> None:
+        """What a landed commit changes in the turn object (before listeners hear of it)."""
+        held, st = turn.held_lease, turn.state
         st.version = result.version
         if commit.events:
             st.event_sequence = result.first_sequence + len(commit.events) - 1
@@ -210,9 +251,9 @@ class TurnKernel:
             tracing.committed(result.version, len(commit.events))
         if self.after_save is not None:
             self.after_save(turn)
-        if self.bus.active:
-            self._deliver(commit.events, result.first_sequence)
-        return result
+
+    def _announce(self, commit: Commit, result: SaveResult) -> None:
+        self._deliver(commit.events, result.first_sequence)
 
     def _deliver(self, events: Sequence[AgentEvent], first_sequence: int) -> None:
         """Committed events to listeners, numbered as the store numbered them."""
@@ -255,6 +296,35 @@ class TurnKernel:
         in_step: bool = False,
     ) -> SaveResult:
         """End the turn: close an abnormal history, commit with its terminal events."""
+        self._close(turn, status, reason, error, in_step)
+        result = self.commit(turn, last=True)
+        if self.on_terminal is not None:
+            self.on_terminal(turn, result)
+        return result
+
+    async def afinish(
+        self,
+        turn: AgentTurn,
+        status: AgentTurnStatus,
+        reason: str | None,
+        write: Callable[[Commit], Awaitable[SaveResult]],
+    ) -> SaveResult:
+        """``finish`` for a producer on an event loop (see ``acommit``)."""
+        self._close(turn, status, reason, None, False)
+        result = await self.acommit(turn, write)
+        if self.on_terminal is not None:
+            await asyncio.to_thread(self.on_terminal, turn, result)
+        return result
+
+    def _close(
+        self,
+        turn: AgentTurn,
+        status: AgentTurnStatus,
+        reason: str | None,
+        error: BaseException | None,
+        in_step: bool,
+    ) -> None:
+        """Move the turn to ``status`` and queue its terminal events (nothing written)."""
         st = turn.state
         if status is not AgentTurnStatus.COMPLETED:
             reason = reason or status.value.lower()
@@ -272,10 +342,6 @@ class TurnKernel:
             self.emit(turn, AgentEventType.STEP_COMPLETED, after_save=True)
         terminal = {"reason": st.terminal_reason, "final_output": st.final_output}
         self.emit(turn, TERMINAL_EVENT[status], after_save=True, **terminal)
-        result = self.commit(turn, last=True)
-        if self.on_terminal is not None:
-            self.on_terminal(turn, result)
-        return result
 
     def cancellation_reason(self, turn: AgentTurn) -> str:
         """The caller's reason (stored by whichever runner asked), else the policy's."""

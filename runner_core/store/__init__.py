@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from runner_core.events import AgentEvent
 from runner_core.snapshot import AgentTurnSnapshot, LeaseInfo, awaited_children
@@ -259,6 +259,39 @@ class AgentTurnStore(Protocol):
         What a child's terminal commit does, for ``find_terminal_children_with_waiting_parent``;
         a late or duplicate report changes nothing.
         """
+        ...
+
+
+@runtime_checkable
+class AsyncTurnStore(Protocol):
+    """The asyncio twins of the calls a producer makes (optional; see docs/async.md).
+
+    A store that has them lets ``AgentRunner.astart``, ``asubmit_resume``, ``acancel``
+    and ``arestore`` talk to it on the caller's event loop; each method keeps the contract
+    of its sync twin on ``AgentTurnStore`` (same checks, same errors, same atomicity).
+    A store without them is called from a worker thread instead.
+    """
+
+    async def anow(self) -> float:
+        """``now()`` without blocking the loop."""
+        ...
+
+    async def acommit(self, commit: Commit) -> SaveResult:
+        """``commit()`` without blocking the loop."""
+        ...
+
+    async def aload(self, turn_id: str) -> AgentTurnSnapshot:
+        """``load()`` without blocking the loop."""
+        ...
+
+    async def arequest_cancellation(
+        self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
+    ) -> CancelResult:
+        """``request_cancellation()`` without blocking the loop."""
+        ...
+
+    async def achildren_of(self, parent_turn_id: str) -> list[str]:
+        """``children_of()`` without blocking the loop."""
         ...
 
 

@@ -39,3 +39,15 @@ class ServerClock:
             self._reading = (base, at)
             mono = after
         return base + (mono - at)
+
+    def cached(self) -> float | None:
+        """``now()`` from the last reading if it is recent enough; None when it is due."""
+        base, at = self._reading
+        mono = time.monotonic()
+        return base + (mono - at) if mono - at <= self.sync_seconds else None
+
+    def record(self, seconds: int, micros: int, sent: float, received: float) -> float:
+        """Keep a ``TIME`` reply read between the monotonic times ``sent`` and ``received``."""
+        base = seconds + micros / 1_000_000 + (received - sent) / 2
+        self._reading = (base, received)
+        return base + (time.monotonic() - received)

@@ -22,11 +22,14 @@ from urllib.parse import unquote
 from redis import Redis
 from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import SSLConnection
 from redis.exceptions import (
     ClusterDownError,
     ClusterError,
+    DataError,
     MasterDownError,
     RedisClusterException,
     SlotNotCoveredError,
@@ -37,11 +40,18 @@ from redis.retry import Retry
 
 from runner_core.errors import ConfigurationError, StoreUnavailableError
 
+try:
+    import hiredis
+except ImportError:  # an optional speed-up of redis-py (the [redis] extra brings it)
+    hiredis = None  # type: ignore[assignment]
+
 __all__ = [
     "CLUSTER_SCHEMES",
     "Guard",
     "StoreUnavailableError",
     "async_client",
+    "async_retry",
+    "async_twin",
     "connect",
     "is_cluster",
     "is_cluster_url",
@@ -82,6 +92,90 @@ def _retry() -> Retry:
     # twice); redis-py's default (10 retries, backoff up to 10 s) would hang a worker for
     # minutes on a dead server.
     return Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3)
+
+
+#: The TLS settings of a sync connection that an asyncio one takes too.
+_ASYNC_SSL_OPTIONS = (
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_data",
+    "ssl_check_hostname",
+    "ssl_min_version",
+    "ssl_ciphers",
+    "ssl_password",
+)
+
+
+def async_retry() -> AsyncRetry:
+    """The asyncio twin of the sync clients' retry: a few quick tries, then an error."""
+    return AsyncRetry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3)
+
+
+def async_twin(client: Redis) -> Any:
+    """An asyncio client for the server and database of the sync ``client``."""
+    kwargs = client.connection_pool.connection_kwargs
+    options: dict[str, Any] = {
+        key: kwargs[key]
+        for key in ("host", "port", "db", "username", "password", "client_name")
+        if kwargs.get(key) is not None
+    }
+    if kwargs.get("path"):
+        options["unix_socket_path"] = kwargs["path"]
+    if issubclass(client.connection_pool.connection_class, SSLConnection):
+        options["ssl"] = True
+        options.update({k: kwargs[k] for k in _ASYNC_SSL_OPTIONS if kwargs.get(k) is not None})
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        options[key] = kwargs.get(key, 5.0)
+    return packing_with_hiredis(aioredis.Redis(retry=async_retry(), **options))
+
+
+class _HiredisPacking:
+    """Packs commands with hiredis, as redis-py's sync connections do.
+
+    redis.asyncio packs in Python, several times slower for the long argument lists of the
+    store's scripts (a commit sends dozens of arguments), and that time is spent on the
+    caller's event loop.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:
+            raise DataError(str(exc)) from exc
+
+
+class _PackedConnection(_HiredisPacking, aioredis.Connection):
+    """``redis.asyncio.Connection`` packing with hiredis."""
+
+
+class _PackedSSLConnection(_HiredisPacking, aioredis.SSLConnection):
+    """``redis.asyncio.SSLConnection`` packing with hiredis."""
+
+
+class _PackedUnixConnection(_HiredisPacking, aioredis.UnixDomainSocketConnection):
+    """``redis.asyncio.UnixDomainSocketConnection`` packing with hiredis."""
+
+
+_PACKED: dict[type[Any], type[Any]] = {
+    aioredis.Connection: _PackedConnection,
+    aioredis.SSLConnection: _PackedSSLConnection,
+    aioredis.UnixDomainSocketConnection: _PackedUnixConnection,
+}
+
+
+def packing_with_hiredis(client: Any) -> Any:
+    """``client`` (a ``redis.asyncio.Redis``) packing its commands with hiredis, if installed."""
+    if hiredis is None:
+        return client
+    pool = client.connection_pool
+    pool.connection_class = _PACKED.get(pool.connection_class, pool.connection_class)
+    return client
 
 
 def _credentials(username: str | None, password: str | None) -> dict[str, Any]:
@@ -188,20 +282,31 @@ def make_client(
     return cast(Redis, client)
 
 
-def async_client(url: str, *, socket_timeout: float = 5.0, connect_timeout: float = 2.0) -> Any:
+def async_client(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 2.0,
+    username: str | None = None,
+    password: str | None = None,
+    retry: AsyncRetry | None = None,
+) -> Any:
     """An asyncio client for ``url`` (``redis.asyncio`` Redis or RedisCluster).
 
     Returned as ``Any`` so that callers typed for ``redis.asyncio.Redis`` accept both; a
-    cluster client connects on its first command.
+    cluster client connects on its first command. ``retry``: redis-py's default if None.
     """
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
         "client_name": "agentworker",
+        **_credentials(username, password),
     }
+    if retry is not None:
+        options["retry"] = retry
     if not is_cluster_url(url):
         _check_plain(url)
-        return aioredis.Redis.from_url(url, **options)
+        return packing_with_hiredis(aioredis.Redis.from_url(url, **options))
     seeds, from_url = cluster_seeds(url)
     from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 

@@ -40,7 +40,7 @@ from runner_core.errors import (
 )
 from runner_core.snapshot import SCHEMA_VERSION
 from runner_core.status import AgentTurnStatus
-from runner_core.store import SaveResult
+from runner_core.store import CancelResult, SaveResult
 from stores.redis.codec import Arg, fields_of, text
 from stores.redis.connection import is_cluster
 
@@ -283,6 +283,14 @@ def loaded(reply: Any) -> Loaded | None:
     if code_of(reply) == "NO":
         return None
     return Loaded(fields_of(reply[1]), list(reply[2]))
+
+
+def cancelled(reply: Any) -> CancelResult:
+    """The reply of cancel.lua."""
+    if not answered(reply):
+        return CancelResult(False)
+    first = text(reply[1])
+    return CancelResult(True, int(first) if first else 0)
 
 
 def answered(reply: Any) -> bool:

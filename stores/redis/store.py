@@ -33,6 +33,12 @@ from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
 from runner_core.store import CancelResult, Commit, SaveResult, TurnControl, Wakeups
+from stores.redis.async_writer import (
+    AsyncTurnMethods,
+    AsyncWriter,
+    ClientFactory,
+    default_factory,
+)
 from stores.redis.cache import Known, TagIndex, TurnCache
 from stores.redis.clock import ServerClock
 from stores.redis.codec import Arg, TurnSummary, messages_of, snapshot_of, text
@@ -41,7 +47,7 @@ from stores.redis.keys import PARTITION_BUCKETS, Keyspace
 from stores.redis.memory import RedisChatMemory
 from stores.redis.options import Tuning
 from stores.redis.scanner import Scanner
-from stores.redis.scripts import Loaded, Scripts, answered, code_of, loaded
+from stores.redis.scripts import Loaded, Scripts, answered, cancelled, code_of, loaded
 from stores.redis.streams import EventStreams
 from stores.redis.sweeper import Sweeper
 from stores.redis.writer import Writer
@@ -49,8 +55,12 @@ from stores.redis.writer import Writer
 log = logging.getLogger("stores.redis")
 
 
-class RedisAgentTurnStore:
-    """Turns in Redis: CAS versions, fenced leases, append-only messages, cluster-safe keys."""
+class RedisAgentTurnStore(AsyncTurnMethods):
+    """Turns in Redis: CAS versions, fenced leases, append-only messages, cluster-safe keys.
+
+    Also an ``AsyncTurnStore``: ``acommit``, ``aload``, ... go over ``redis.asyncio`` with
+    a client per event loop (``async_redis`` builds it; default: the same server).
+    """
 
     def __init__(
         self,
@@ -69,6 +79,7 @@ class RedisAgentTurnStore:
         events: bool = True,
         requeue_after: float = 300.0,
         partition_buckets: int = PARTITION_BUCKETS,
+        async_redis: ClientFactory | None = None,
     ) -> None:
         self.redis, self.url = connect(
             redis,
@@ -94,6 +105,7 @@ class RedisAgentTurnStore:
         self.writer = Writer(
             self.redis, self.keys, self.scripts, self.tags, self.clock, self.tuning
         )
+        self.aio = AsyncWriter(self, async_redis or default_factory(redis, self.redis, password))
         self._rid_prefix = uuid.uuid4().hex[:12]
         self._rids = itertools.count()
         if check_connection:
@@ -152,7 +164,7 @@ class RedisAgentTurnStore:
         """A copy of the stored turn; ``TurnNotFoundError`` if unknown."""
         with self.guard:
             tag = self.tag_of(turn_id)
-            have = self._cached_messages(turn_id)
+            have = self.cached_messages(turn_id)
             data = loaded(self._run_read("load", tag, turn_id, [turn_id, str(len(have))]))
             assert data is not None
             return self._snapshot(turn_id, tag, data, have)
@@ -188,21 +200,20 @@ class RedisAgentTurnStore:
         """Set the monotonic cancel flag (no version change) and append ``events``."""
         with self.guard:
             tag = self.tag_of(turn_id)
-            root = events[0].root_turn_id if events else turn_id
-            keys = [
-                self.keys.header(tag, turn_id),
-                self.keys.runnable(tag),
-                self.keys.events(tag, root),
-                self.keys.events_end(tag, root),
-            ]
-            args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
-            maxlen = str(self.tuning.stream_maxlen) if self.tuning.records_events else "0"
-            args += [maxlen, *(event_json(e) for e in events)]
-            reply = self.sweeper.run_touching("cancel", keys, args, tag)
-        if not answered(reply):
-            return CancelResult(False)
-        first = text(reply[1])
-        return CancelResult(True, int(first) if first else 0)
+            keys, args = self.cancel_input(tag, turn_id, reason, events)
+            return cancelled(self.sweeper.run_touching("cancel", keys, args, tag))
+
+    def cancel_input(
+        self, tag: str, turn_id: str, reason: str | None, events: Sequence[AgentEvent]
+    ) -> tuple[list[str], list[Arg]]:
+        """KEYS and ARGV of cancel.lua (see its header)."""
+        root = events[0].root_turn_id if events else turn_id
+        k = self.keys
+        keys = [k.header(tag, turn_id), k.runnable(tag), k.events(tag, root)]
+        keys.append(k.events_end(tag, root))
+        args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
+        maxlen = str(self.tuning.stream_maxlen) if self.tuning.records_events else "0"
+        return keys, [*args, maxlen, *(event_json(e) for e in events)]
 
     def claim(
         self, turn_id: str, worker_id: str, now: float, lease_ms: int
@@ -418,7 +429,8 @@ class RedisAgentTurnStore:
     def _lease_keys(self, tag: str, turn_id: str) -> list[str]:
         return [self.keys.header(tag, turn_id), self.keys.runnable(tag), self.keys.leases(tag)]
 
-    def _cached_messages(self, turn_id: str) -> tuple[Message, ...]:
+    def cached_messages(self, turn_id: str) -> tuple[Message, ...]:
+        """The stored messages of a turn this process still holds (a prefix; maybe none)."""
         known = self.cache.get(turn_id)
         return known.messages if known is not None and known.messages is not None else ()
 
@@ -429,7 +441,7 @@ class RedisAgentTurnStore:
     def _claim(
         self, tag: str, turn_id: str, worker_id: str, now: float, lease_ms: int
     ) -> AgentTurnSnapshot | None:
-        have = self._cached_messages(turn_id)
+        have = self.cached_messages(turn_id)
         lease_id = uuid.uuid4().hex
         until = now + lease_ms / 1000
         k = self.keys
@@ -450,6 +462,13 @@ class RedisAgentTurnStore:
         self, turn_id: str, tag: str, data: Loaded, have: tuple[Message, ...]
     ) -> AgentTurnSnapshot:
         """Decode a load/claim reply on top of the cached message prefix ``have``."""
+        snapshot = self.decode(turn_id, tag, data, have)
+        return snapshot if snapshot is not None else self.load(turn_id)
+
+    def decode(
+        self, turn_id: str, tag: str, data: Loaded, have: tuple[Message, ...]
+    ) -> AgentTurnSnapshot | None:
+        """``_snapshot`` without the reload: None when the cached prefix was stale (dropped)."""
         fields = data.fields
         new = messages_of(turn_id, data.messages, len(have))
         messages = (*have, *new)
@@ -461,7 +480,7 @@ class RedisAgentTurnStore:
         if len(messages) != stored or last != fields.get("last", ""):
             if have:  # the cached prefix is not a prefix any more (data lost in a failover)
                 self.cache.put(turn_id, Known(tag))
-                return self.load(turn_id)
+                return None
             raise SnapshotCorruptedError(turn_id, f"{len(messages)} messages, header says {stored}")
         snapshot = snapshot_of(turn_id, fields, list(messages))
         self.cache.put(turn_id, Known(tag, stored, last, messages))

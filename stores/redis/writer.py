@@ -27,6 +27,9 @@ from stores.redis.options import Tuning
 from stores.redis.scripts import Mismatch, Scripts, code_of, saved
 from stores.redis.sweeper import lower_due
 
+#: commit.lua's KEYS and ARGV, and the plain commands sent before and after it.
+Planned = tuple[list[str], list[Arg], list[tuple[Arg, ...]], list[tuple[Arg, ...]]]
+
 
 class Writer:
     """Runs ``commit.lua``: creations, compare-and-set updates, children, events."""
@@ -51,28 +54,47 @@ class Writer:
     def commit(self, c: Commit) -> SaveResult:
         """Run commit.lua for ``c``: create or compare-and-set update, all checks in the script."""
         s = c.snapshot
-        creating = c.expected_version == -1
-        tag = self._new_tag(s) if creating else self.tags.tag_of(s.id)
-        known = None if creating else self.cache.get(s.id)
-        count = len(s.messages)
-        stored = 0 if creating else count
-        if known is not None and 0 <= known.stored <= count:
-            stored = known.stored
+        tag = self.new_tag(s) if c.expected_version == -1 else self.tags.tag_of(s.id)
+        known, stored = self.known(c)
         for _ in range(2):
             result = saved(self._call(tag, c, stored), s.conversation_id)
             if isinstance(result, SaveResult):
-                self._remember(tag, c, known, stored)
+                self.remember(tag, c, known, stored)
                 return result
-            _check_prefix(s, result)
+            check_prefix(s, result)
             stored = result.stored
         raise HistoryRewrittenError(s.id, "the stored message count kept changing")
 
+    def known(self, c: Commit) -> tuple[Known | None, int]:
+        """What this process knows of the turn, and the stored message count to send."""
+        s = c.snapshot
+        if c.expected_version == -1:
+            return None, 0
+        known = self.cache.get(s.id)
+        count = len(s.messages)
+        if known is not None and 0 <= known.stored <= count:
+            return known, known.stored
+        return known, count
+
     def _call(self, tag: str, c: Commit, stored: int) -> object:
         """The commit script and, in the same round trip, the index writes around it."""
+        keys, args, before, after = self.plan(tag, c, stored)
+        if not before and not after:
+            return self.scripts.run("commit", keys, args)
+        replies = self.scripts.pipelined([(self.scripts["commit"], keys, args)], before, after)
+        reply = replies[len(before)]
+        if code_of(reply) not in ("OK", "MISMATCH"):
+            ours = self.entries_set(c, replies[: len(before) + 1])
+            if ours:
+                self.redis.delete(*ours)
+        return reply
+
+    def plan(self, tag: str, c: Commit, stored: int) -> Planned:
+        """KEYS and ARGV of commit.lua, and the index writes sent before and after it."""
         s, k = c.snapshot, self.keys
         keys, args = self._script_input(tag, c, stored)
         created = [s, *c.children] if c.expected_version == -1 else list(c.children)
-        # the id -> tag entries first (``_drop_index_entries`` reads their replies in this order)
+        # the id -> tag entries first (``entries_set`` reads their replies in this order)
         before: list[tuple[Arg, ...]] = [("SET", k.turn_index(t.id), tag, "NX") for t in created]
         if created:
             # the tag's score is its last turn creation: listings read the newest tags first
@@ -82,14 +104,8 @@ class Writer:
                 ("ZADD", k.retained(tag), stamp, tag),
             ]
         score = self.attention(c)
-        after = [] if score is None else [lower_due(self.keys, tag, score)]
-        if not before and not after:
-            return self.scripts.run("commit", keys, args)
-        replies = self.scripts.pipelined([(self.scripts["commit"], keys, args)], before, after)
-        reply = replies[len(before)]
-        if code_of(reply) not in ("OK", "MISMATCH"):
-            self._drop_index_entries(c, replies[: len(before) + 1])
-        return reply
+        after: list[tuple[Arg, ...]] = [] if score is None else [lower_due(self.keys, tag, score)]
+        return keys, args, before, after
 
     def _script_input(self, tag: str, c: Commit, stored: int) -> tuple[list[str], list[Arg]]:
         """KEYS and ARGV of commit.lua (see its header)."""
@@ -157,18 +173,16 @@ class Writer:
             scores.append(woken)
         return min(scores) if scores else None
 
-    def _drop_index_entries(self, c: Commit, replies: list[object]) -> None:
-        """Nothing was created: drop the ``id -> tag`` entries this call set (and only those)."""
+    def entries_set(self, c: Commit, replies: list[object]) -> list[str]:
+        """Nothing was created: the ``id -> tag`` entries this call set, to drop (only those)."""
         k = self.keys
         ids = [child.id for child in c.children]
         if c.expected_version == -1:
             ids.insert(0, c.snapshot.id)
         sets = replies[: len(ids)]  # a SET per created turn, first in ``before``
-        ours = [k.turn_index(i) for i, set_ in zip(ids, sets, strict=True) if set_]
-        if ours:
-            self.redis.delete(*ours)
+        return [k.turn_index(i) for i, set_ in zip(ids, sets, strict=True) if set_]
 
-    def _new_tag(self, s: AgentTurnSnapshot) -> str:
+    def new_tag(self, s: AgentTurnSnapshot) -> str:
         """A root's tag from the snapshot; a child's is its parent's (or its root's)."""
         if s.parent_turn_id is None:
             return self.keys.root_tag(s.id, s.conversation_id)
@@ -179,7 +193,8 @@ class Writer:
                 continue
         return self.keys.root_tag(s.root_turn_id, None)
 
-    def _remember(self, tag: str, c: Commit, known: Known | None, stored: int) -> None:
+    def remember(self, tag: str, c: Commit, known: Known | None, stored: int) -> None:
+        """After a commit landed: what this process now knows of the turn and its children."""
         s = c.snapshot
         msgs = tuple(s.messages)
         last = msgs[-1].id if msgs else ""
@@ -196,7 +211,7 @@ class Writer:
             self.cache.put(child.id, Known(tag, len(cm), cm[-1].id if cm else "", cm))
 
 
-def _check_prefix(s: AgentTurnSnapshot, mismatch: Mismatch) -> None:
+def check_prefix(s: AgentTurnSnapshot, mismatch: Mismatch) -> None:
     """After a count mismatch: the snapshot must still hold the stored messages."""
     n = mismatch.stored
     if len(s.messages) < n or (n and s.messages[n - 1].id != mismatch.last_id):

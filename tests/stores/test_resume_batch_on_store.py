@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
@@ -72,3 +73,29 @@ def test_the_partial_answer_is_a_committed_event(make_runner: Callable[[], Agent
     assert not any(
         e.type is AgentEventType.TURN_RESUMED and e.sequence > recorded[0].sequence for e in events
     )
+
+
+def test_an_awaited_partial_answer_wakes_nothing(
+    make_runner: Callable[[], AgentRunner],
+) -> None:
+    # Given a turn waiting on r1 and r2, and a runner whose dispatcher records wake-ups
+    ledger: list[str] = []
+    runner = make_runner()
+    turn = waiting_on_two(runner, ledger)
+    woken: list[str] = []
+    runner.dispatcher = woken.append
+    resumed: list[AgentEventType] = []
+    runner.add_event_listener(lambda e: resumed.append(e.type))
+
+    # When r1 is approved from an event loop: stored, still waiting, nobody woken
+    command = AgentResumeCommand.approve_tools(["r1"])
+    partial = asyncio.run(runner.asubmit_resume(turn.id, command))
+    assert partial.status is S.WAITING_FOR_APPROVAL
+    assert runner.store.load(turn.id).approved_call_ids == ["r1"]
+    assert woken == [] and AgentEventType.TURN_RESUMED not in resumed
+    assert AgentEventType.TOOL_APPROVAL_RECORDED in resumed
+
+    # And the last answer resumes it and sends the one wake-up
+    last = asyncio.run(runner.asubmit_resume(turn.id, AgentResumeCommand.approve_tools(["r2"])))
+    assert last.status is S.RUNNING and woken == [turn.id]
+    assert AgentEventType.TURN_RESUMED in resumed
