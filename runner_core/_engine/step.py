@@ -23,6 +23,7 @@ from runner_core._engine.toolbatch import (
     AwaitApproval,
     CallFailed,
     Cancelled,
+    OutOfStepTime,
     OverBudget,
     PlanFinished,
     PlanStored,
@@ -231,6 +232,8 @@ class _Step:
                 return Finish(Status.CANCELLED, self.k.cancellation_reason(self.turn))
             case OverBudget(reason=reason):
                 return Finish(Status.BUDGET_EXCEEDED, reason)
+            case OutOfStepTime():
+                return Continue()  # still in TOOLS: the next step runs what is left
             case end:
                 assert_never(end)
 

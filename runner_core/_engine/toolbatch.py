@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -102,9 +103,16 @@ class OverBudget:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class OutOfStepTime:
+    """The step's time limit leaves too little for the next call: the next step runs it."""
+
+
 BatchEnd = (
-    ToolsDone | PlanStored | PlanFinished | AskUser | AwaitApproval | CallFailed | Cancelled
-) | OverBudget
+    (ToolsDone | PlanStored | PlanFinished | AskUser | AwaitApproval | CallFailed | Cancelled)
+    | OverBudget
+    | OutOfStepTime
+)
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -222,6 +230,8 @@ class ToolBatch:
         self.inflight: dict[Future[ToolMessage], _Run] = {}
         self.awaiting: list[ToolCall] = []
         self.end: BatchEnd | None = None
+        #: Calls started in this step (the first always starts, whatever time is left).
+        self.started = 0
 
     def run(self) -> BatchEnd:
         """Work through the plan; answer, run or set aside each call; say how it ended."""
@@ -260,8 +270,11 @@ class ToolBatch:
                 self._fill()
 
     # -- running ------------------------------------------------------------------------------
-    def _may_start(self) -> bool:
-        """Budget, then the lease and the cancel flag, before a call starts."""
+    def _may_start(self, run: _Run) -> bool:
+        """Time left in the step, budget, then the lease and the cancel flag."""
+        if self.started and not self._time_for(run.tool):
+            self._stop(OutOfStepTime())
+            return False
         reason = budget.before_tool(
             self.st, self.policy.budget, self.k.store.now, in_flight=len(self.inflight)
         )
@@ -276,7 +289,21 @@ class ToolBatch:
                 return False
         return True
 
+    def _time_for(self, tool: Tool) -> bool:
+        """Whether the step has time left for a call of ``tool``.
+
+        That is its own timeout, or (a call without one) half the step time limit. A later
+        call never starts with less, only to be cut off by the deadline: it waits for the
+        next step, with a fresh deadline.
+        """
+        deadline, limit = self.turn.step_deadline, self.k.step_time_limit
+        if deadline is None or limit is None:
+            return True
+        bound = tool.timeout or self.policy.tool_timeout_seconds or limit / 2
+        return deadline - time.monotonic() >= min(bound, limit / 2)
+
     def _started(self, call: ToolCall) -> None:
+        self.started += 1
         self.k.emit(
             self.turn, E.TOOL_STARTED, call_id=call.id, tool=call.name, arguments=call.arguments
         )
@@ -288,7 +315,7 @@ class ToolBatch:
 
     def _run_here(self, run: _Run) -> None:
         """Run one call on the step thread and answer it before anything else starts."""
-        if not self._may_start():
+        if not self._may_start(run):
             return
         self.fresh = False
         self._started(run.call)
@@ -297,7 +324,7 @@ class ToolBatch:
     def _fill(self) -> None:
         """Start queued calls on the pool while the concurrency limit allows."""
         while self.queue and self.end is None and len(self.inflight) < self.limit:
-            if not self._may_start():
+            if not self._may_start(self.queue[0]):
                 return
             run = self.queue.popleft()
             self._started(run.call)

@@ -124,6 +124,36 @@ def test_the_step_deadline_cuts_a_call_and_says_so(
     assert turn.status is AgentTurnStatus.COMPLETED
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_later_call_waits_for_the_next_step_rather_than_start_too_late(
+    make_runner: Callable[..., AgentRunner], kind: str
+) -> None:
+    # Given three 0.35 s calls in one response and a 1 s step time limit
+    @tool(name="work")
+    def work_sync(n: int) -> str:
+        """Work a while."""
+        time.sleep(0.35)
+        return f"done {n}"
+
+    @tool(name="work")
+    async def work_async(n: int) -> str:
+        """Work a while."""
+        await asyncio.sleep(0.35)
+        return f"done {n}"
+
+    work = {"sync": work_sync, "async": work_async}[kind]
+    calls = [call("work", f"w{n}", n=n) for n in (1, 2, 3)]
+    runner = make_runner(step_time_limit=1.0)
+
+    turn = runner.run(agent(Script(ask(*calls), "all done"), work), "go")
+
+    # Then the third call does not start with 0.3 s left (to be cut off): the next step
+    # runs it, with a deadline of its own, and every call returns its result
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert [m.content for m in tool_messages(turn.messages)] == ["done 1", "done 2", "done 3"]
+    assert turn.state.step_count == 4  # model, two calls, the third call, model
+
+
 def test_a_fast_call_with_a_timeout_returns_its_result(runner: AgentRunner) -> None:
     @tool(timeout=5)
     def quick(x: int) -> int:
