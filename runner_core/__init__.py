@@ -16,6 +16,7 @@ from runner_core.errors import (
     InvalidArgumentError,
     InvalidResumeError,
     LeaseLostError,
+    LoopReentryError,
     PayloadTooLargeError,
     RestoredError,
     SnapshotCorruptedError,
@@ -78,7 +79,14 @@ from runner_core.snapshot import (
     load_snapshot,
 )
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
-from runner_core.store import AgentTurnStore, CancelResult, Commit, SaveResult, TurnControl
+from runner_core.store import (
+    AgentTurnStore,
+    AsyncTurnStore,
+    CancelResult,
+    Commit,
+    SaveResult,
+    TurnControl,
+)
 from runner_core.store.memory import InMemoryAgentTurnStore
 from runner_core.tools import (
     ApprovalDecision,
@@ -130,6 +138,7 @@ __all__ = [
     "AgentTurnSnapshot",
     "AgentTurnStatus",
     "AgentTurnStore",
+    "AsyncTurnStore",
     "AgentWorker",
     "AgentWorkerError",
     "AiMessage",
@@ -154,6 +163,7 @@ __all__ = [
     "InMemoryChatMemory",
     "InvalidArgumentError",
     "InvalidResumeError",
+    "LoopReentryError",
     "LeaseInfo",
     "LeaseLostError",
     "Message",

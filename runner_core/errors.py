@@ -87,6 +87,13 @@ class InvalidArgumentError(AgentWorkerError, ValueError):
         self.field = field
 
 
+class LoopReentryError(AgentWorkerError, RuntimeError):
+    """A blocking call was made on the process event loop's own thread (it would deadlock).
+
+    Await the async twin there instead (``arun``, ``astart``, ...).
+    """
+
+
 class InvalidResumeError(AgentWorkerError, ValueError):
     """Raised when a resume command does not fit the turn's state; nothing is changed."""
 

@@ -32,14 +32,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from queue import Empty, SimpleQueue
 from typing import Any, TypeVar
 
+from runner_core.errors import LoopReentryError as LoopReentryError
+
 T = TypeVar("T")
 
 CANCEL_GRACE = 0.05
 """Seconds a driven call waits for a cancelled coroutine to finish before giving it up."""
-
-
-class LoopReentryError(RuntimeError):
-    """A blocking call was made from the process loop's own thread (it would deadlock)."""
 
 
 class DeadlineExceeded(TimeoutError):  # noqa: N818 - a TimeoutError, named for what it is
