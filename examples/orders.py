@@ -92,7 +92,7 @@ def _tool_results(request: ModelRequest) -> dict[str, str]:
 
 
 def support_model(request: ModelRequest) -> ModelResponse:
-    """The offline order-support model: look up, refund + replace, delegate a report, answer."""
+    """The offline order-support model: look up, refund, replace, delegate a report, answer."""
     done = _tool_results(request)
     if "lookup_order" not in done:
         calls = [ToolCall(id="call_lookup", name="lookup_order", arguments={"order_id": "1001"})]
@@ -103,8 +103,11 @@ def support_model(request: ModelRequest) -> ModelResponse:
                 name="refund",
                 arguments={"order_id": "1001", "amount": 249.0, "reason": "cracked water tank"},
             ),
-            ToolCall(id="call_ship", name="ship_replacement", arguments={"order_id": "1001"}),
         ]
+    elif "ship_replacement" not in done:
+        # after the refund: a call that needs no approval would otherwise run (and ask for
+        # the address) before the refund's approval, the calls of one response not waiting
+        calls = [ToolCall(id="call_ship", name="ship_replacement", arguments={"order_id": "1001"})]
     elif "create_task_plan" not in done:
         calls = [
             ToolCall(
