@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 import pytest
 
 from agentworker.settings import Settings
-from runner_core import AgentRunner, AgentTurnSnapshot, AgentTurnStatus, ToolMessage
+from runner_core import (
+    AgentExecutionPolicy,
+    AgentRunner,
+    AgentTurnOptions,
+    AgentTurnSnapshot,
+    AgentTurnStatus,
+    ToolMessage,
+)
 from tests.support.fleet_agents import DEPS_GREETING, MODEL_HANG_SECONDS, deps_loader
 from tests.support.fleet_fixtures import drive, producer
 from tests.support.servers import Fleet, RedisServer
@@ -157,6 +164,26 @@ def test_a_tool_past_its_timeout_is_told_to_the_model_and_the_turn_completes(
     assert "sleepy" in result and "timed out after 1 s" in result
     assert final.final_output is not None and "timed out" in final.final_output
     assert time.monotonic() - started < 8
+
+
+def test_async_calls_of_one_response_run_together_on_the_process_loop(
+    pool_fleet: PoolFleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an async model asking for four 0.5 s async tool calls in one response
+    runner = pool_fleet.runner(monkeypatch)
+    options = AgentTurnOptions(policy=AgentExecutionPolicy(max_tool_concurrency=4))
+    turn = runner.start("e2e-async-fanout", "fan out", options=options)
+    # When a worker of this pool runs it
+    final = drive(runner, [turn.id], timeout=30)[turn.id]
+    # Then each call returned what it returned (no coroutine rendered), under its own key,
+    # and the four ran at once in one process: each began before any ended
+    assert final.status is AgentTurnStatus.COMPLETED, (final.status, final.terminal_reason)
+    assert final.final_output == "4 results"
+    results = [json.loads(r) for r in tool_results(final)]
+    assert sorted(r["n"] for r in results) == [0, 1, 2, 3]
+    assert {r["key"] for r in results} == {f"{turn.id}:o{n}" for n in range(4)}
+    assert len({r["pid"] for r in results}) == 1
+    assert max(r["began"] for r in results) < min(r["ended"] for r in results)
 
 
 def test_a_tool_that_never_returns_holds_no_lease_past_the_step_limit(

@@ -6,6 +6,7 @@ that no tool ran twice for one idempotency key, whichever worker ran it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -217,9 +218,31 @@ class _SoftLimitOnce(Middleware):
         return call_next()
 
 
+@tool
+async def overlap(n: int) -> str:
+    """Wait on the event loop; say when (this process's clock), where, and under which key."""
+    began = time.monotonic()
+    await asyncio.sleep(0.5)
+    key = AgentToolContext.current().idempotency_key
+    return json.dumps(
+        {"n": n, "began": began, "ended": time.monotonic(), "pid": os.getpid(), "key": key}
+    )
+
+
+async def _fan_out(request: ModelRequest) -> AiMessage:
+    """An async model: four calls of an async tool in one response, then the results."""
+    results = _tool_results(request)
+    if not results:
+        calls = [ToolCall(id=f"o{n}", name="overlap", arguments={"n": n}) for n in range(4)]
+        return AiMessage(tool_calls=calls)
+    await asyncio.sleep(0)
+    return AiMessage(f"{len(results)} results")
+
+
 def pool_agents() -> list[Agent]:
     """Steps that run too long: a tool past its timeout, a tool and a model that hang."""
     return [
+        Agent("e2e-async-fanout", FunctionModel(_fan_out), tools=[overlap]),
         Agent("e2e-sleepy", _script(("sleepy", {"seconds": 8.0})), tools=[sleepy]),
         Agent("e2e-hang", _script(("hang", {})), tools=[hang]),
         Agent("e2e-hung-model", FunctionModel(_hangs_once)),
