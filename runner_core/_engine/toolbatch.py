@@ -13,12 +13,10 @@ step machine turns into its outcome.
 from __future__ import annotations
 
 import contextvars
-import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import partial
 
@@ -26,6 +24,7 @@ from runner_core._engine import budget
 from runner_core._engine.calls import invoke_tool
 from runner_core._engine.children import is_plan_call, planning_policy, store_plan
 from runner_core._engine.kernel import EventSpec, TurnKernel
+from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
@@ -47,8 +46,8 @@ from runner_core.turn import AgentStepResult, AgentTurn
 
 _INFRA_ERRORS = (LeaseLostError, ConcurrentModificationError)
 
-#: Threads of the process's tool pool (calls beyond it wait for a free thread).
-POOL_THREADS = 32
+#: Calls of one step that run at once at most (``max_tool_concurrency=0`` included).
+MAX_AT_ONCE = 32
 
 
 # -- how the phase ends ---------------------------------------------------------------------
@@ -177,34 +176,6 @@ def _concurrent_runs(plan: list[_Item]) -> int:
     return sum(1 for i in plan if isinstance(i, _Run) and not i.tool.sequential)
 
 
-# -- the pool -----------------------------------------------------------------------------------
-_pool_lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None
-_on_pool = threading.local()
-
-
-def _mark_pool_thread() -> None:
-    _on_pool.yes = True
-
-
-def tool_pool() -> ThreadPoolExecutor:
-    """The process's tool pool, created on first use and again in a forked child."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            executor = ThreadPoolExecutor(
-                POOL_THREADS, thread_name_prefix="agent-tool", initializer=_mark_pool_thread
-            )
-            _pool = (os.getpid(), executor)
-        return _pool[1]
-
-
-def on_pool_thread() -> bool:
-    """Whether this thread is one of the tool pool's (a nested turn then runs inline)."""
-    return bool(getattr(_on_pool, "yes", False))
-
-
-# -- the phase ------------------------------------------------------------------------------------
 class ToolBatch:
     """One run of the TOOLS phase over a turn's pending calls."""
 
@@ -224,8 +195,8 @@ class ToolBatch:
         self.plan = plan_calls(turn)
         limit = policy.max_tool_concurrency
         #: One call at a time on the step thread: today's exact behaviour, no thread hop.
-        self.inline = limit == 1 or _concurrent_runs(self.plan) <= 1 or on_pool_thread()
-        self.limit = limit or len(self.plan)
+        self.inline = limit == 1 or _concurrent_runs(self.plan) <= 1
+        self.limit = min(limit or len(self.plan), MAX_AT_ONCE)
         self.queue: deque[_Run] = deque()
         self.inflight: dict[Future[ToolMessage], _Run] = {}
         self.awaiting: list[ToolCall] = []
@@ -328,7 +299,8 @@ class ToolBatch:
                 return
             run = self.queue.popleft()
             self._started(run.call)
-            future = tool_pool().submit(contextvars.copy_context().run, self._invoke, run)
+            call = partial(contextvars.copy_context().run, self._invoke, run)
+            future = TOOL_THREADS.submit(call, name=run.tool.name)
             self.inflight[future] = run
 
     def _drain(self) -> None:

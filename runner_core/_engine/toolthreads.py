@@ -31,8 +31,8 @@ class ToolThreads:
         self.keep_idle = keep_idle
         self._forget()
 
-    def call(self, fn: Callable[[], T], timeout: float, *, name: str = "call") -> T:
-        """``fn()`` on one of the threads; ``DeadlineExceeded`` past ``timeout`` seconds."""
+    def submit(self, fn: Callable[[], T], *, name: str = "call") -> concurrent.futures.Future[T]:
+        """Start ``fn()`` on an idle thread (or a new one); cancelling before it starts skips it."""
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._lock:
             inbox = self._idle.pop() if self._idle else None
@@ -40,6 +40,11 @@ class ToolThreads:
             inbox = SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), daemon=True).start()
         inbox.put((fn, done, name))
+        return done
+
+    def call(self, fn: Callable[[], T], timeout: float, *, name: str = "call") -> T:
+        """``fn()`` on one of the threads; ``DeadlineExceeded`` past ``timeout`` seconds."""
+        done = self.submit(fn, name=name)
         try:
             return done.result(timeout)
         except TimeoutError:
@@ -53,10 +58,11 @@ class ToolThreads:
         while True:
             fn, done, name = inbox.get()
             me.name = f"agentworker-tool-{name}"
-            try:
-                done.set_result(fn())
-            except BaseException as exc:
-                done.set_exception(exc)
+            if done.set_running_or_notify_cancel():  # else: cancelled before it started
+                try:
+                    done.set_result(fn())
+                except BaseException as exc:
+                    done.set_exception(exc)
             with self._lock:
                 if self._pid != os.getpid() or len(self._idle) >= self.keep_idle:
                     return

@@ -399,15 +399,16 @@ def test_a_lost_lease_mid_batch_commits_nothing_more_and_raises(
     with pytest.raises((LeaseLostError, ConcurrentModificationError)):
         runner.step(held)
 
-    # Then nothing A did after losing the lease is saved, not even once b has ended
+    # Then nothing A did after losing the lease is saved, not even once b has ended (b
+    # may not have started at all: a call not started when the step is cut short never is)
     deadline = time.monotonic() + 5
-    while "b" not in ledger.ended and time.monotonic() < deadline:
+    while "b" in ledger.runs and "b" not in ledger.ended and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.05)
     stored = memory.load(turn.id)
     assert stored.version == before + 1  # B's claim, nothing of A's step
     assert tool_messages(stored.messages) == []
-    assert sorted(ledger.runs) == ["a", "b"]
+    assert "a" in ledger.runs and set(ledger.runs) <= {"a", "b"}
 
 
 def test_a_plan_call_among_concurrent_calls_waits_for_them_then_delegates() -> None:
@@ -445,14 +446,14 @@ def test_a_plan_call_among_concurrent_calls_waits_for_them_then_delegates() -> N
     assert sorted(m.call_id for m in tool_messages(turn.messages)) == ["a", "b", "p1"]
 
 
-def test_a_turn_run_inside_a_concurrent_call_runs_its_own_calls_inline() -> None:
+def test_a_turn_run_inside_a_concurrent_call_gets_tool_threads_of_its_own() -> None:
     # Given a tool that runs a whole turn of another agent with two calls of its own
-    threads: dict[str, set[str]] = {"outer": set(), "inner": set()}
+    threads: dict[str, set[int]] = {"outer": set(), "inner": set()}
 
     @tool
     def probe(n: int) -> str:
         """Notes its thread."""
-        threads["inner"].add(threading.current_thread().name)
+        threads["inner"].add(threading.get_ident())
         return "probed"
 
     def inner_model(request: ModelRequest) -> AiMessage:
@@ -466,8 +467,8 @@ def test_a_turn_run_inside_a_concurrent_call_runs_its_own_calls_inline() -> None
     @tool
     def delegate(n: int) -> str:
         """Runs a whole turn of another agent."""
-        threads["outer"].add(threading.current_thread().name)
-        time.sleep(0.1)  # both delegates hold a pool thread at once
+        threads["outer"].add(threading.get_ident())
+        time.sleep(0.1)  # both delegates hold a tool thread at once
         return nested.run(inner, f"job {n}").final_output or ""
 
     # When two such calls run concurrently
@@ -475,11 +476,12 @@ def test_a_turn_run_inside_a_concurrent_call_runs_its_own_calls_inline() -> None
     calls = [call("delegate", i, n=k) for k, i in enumerate("ab")]
     turn = runner.run(agent(Script(ask(*calls), then="done"), delegate), "go")
 
-    # Then each inner turn ran its calls on its own pool thread: the pool never waits on itself
+    # Then each inner turn ran its calls on threads other than the ones its callers hold:
+    # a nested run never waits for a thread that is waiting for it
     assert turn.status is S.COMPLETED
     assert [m.content for m in tool_messages(turn.messages)] == ["inner done", "inner done"]
     assert len(threads["outer"]) == 2
-    assert threads["inner"] <= threads["outer"]
+    assert threads["inner"] and not threads["inner"] & threads["outer"]
 
 
 def test_a_timed_out_call_among_several_takes_the_failure_path() -> None:
