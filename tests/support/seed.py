@@ -72,8 +72,8 @@ class Ledger:
 
     entries: list[str] = field(default_factory=list)
 
-    def refund_agent(self, *, then: str = "refunded") -> Agent:
-        """An agent whose one tool call (``r1``) needs approval, then answers ``then``."""
+    def refund_agent(self, *, then: str = "refunded", usage: Usage | None = None) -> Agent:
+        """An agent whose one tool call (``r1``, using ``usage``) needs approval, then answers."""
         entries = self.entries
 
         @tool(requires_approval=True)
@@ -82,7 +82,8 @@ class Ledger:
             entries.append(AgentToolContext.current().idempotency_key)
             return "ok"
 
-        model = Scripted(ask(ToolCall(id="r1", name="refund", arguments={"amount": 5.0})), then)
+        call = ToolCall(id="r1", name="refund", arguments={"amount": 5.0})
+        model = Scripted(ask(call, usage=usage), then)
         return Agent("refunder", model.model, tools=[refund])
 
 

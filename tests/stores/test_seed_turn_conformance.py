@@ -1,0 +1,236 @@
+"""The seed's rules of a turn's record (counters, tree, history, events), on every store.
+
+Each test quotes the seed (shared seeds: the AgentTurn and AgentRunner documents) and
+glosses it in English. tests/stores/test_seed_conformance.py has the runner's rules.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from runner_core import (
+    Agent,
+    AgentEventType,
+    AgentResumeCommand,
+    AgentRunner,
+    AgentToolContext,
+    AgentTurnPhase,
+    AgentTurnStatus,
+    AgentTurnStore,
+    InMemoryAgentLoader,
+    InMemoryChatMemory,
+    InvalidResumeError,
+    Message,
+    ToolCall,
+    ToolMessage,
+    Usage,
+    tool,
+)
+from tests.support.plans import Scripted, Workers, ask, create, planner, task
+from tests.support.seed import Ledger, Memories, ending, policy_options, retry_turn
+
+S = AgentTurnStatus
+E = AgentEventType
+
+
+@pytest.fixture
+def loader() -> InMemoryAgentLoader:
+    return InMemoryAgentLoader()
+
+
+@pytest.fixture
+def runners(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> Callable[[], AgentRunner]:
+    """Runners on separate clients of one store, like separate processes."""
+    return lambda: AgentRunner(turn_store=make_store(), agent_loader=loader)
+
+
+def test_counters_are_kept_across_resumes_and_restores(runners: Callable[[], AgentRunner]) -> None:
+    # 「int iterations = turn.getIterationCount(); int steps = turn.getStepCount(); int toolCalls =
+    # turn.getToolCallCount(); long totalTokens = turn.getTotalTokens();」「Turn 包含……预算计数」
+    # Gloss: a turn's counts (iterations, steps, tool calls, tokens) are part of its
+    # snapshot and go on counting across a suspension, a resume and another process.
+    ledger = Ledger()
+    turn = runners().run(
+        ledger.refund_agent(usage=Usage(input_tokens=3, output_tokens=4)), "refund me"
+    )
+    waiting = runners().restore(turn.id)
+    assert (waiting.iteration_count, waiting.step_count, waiting.total_tokens) == (1, 2, 7)
+
+    runners().resume(turn.id, AgentResumeCommand.approve_tool("r1"))
+
+    done = runners().restore(turn.id)
+    assert done.status is S.COMPLETED
+    assert (done.iteration_count, done.step_count, done.tool_call_count) == (2, 4, 1)
+    assert done.total_tokens == 7
+
+
+def test_max_steps_counts_every_step_of_the_turn(runners: Callable[[], AgentRunner]) -> None:
+    # 「MAX_STEPS_REACHED | Runner 总推进次数达到上限」
+    # Gloss: max_steps bounds the turn's total number of steps, a suspension in between:
+    # model, approval request, the approved tool, then no further model step.
+    ledger = Ledger()
+    turn = runners().run(ledger.refund_agent(), "refund me", options=policy_options(max_steps=3))
+    assert turn.status is S.WAITING_FOR_APPROVAL and turn.step_count == 2
+
+    ended = runners().resume(turn.id, AgentResumeCommand.approve_tool("r1"))
+
+    assert ended.status is S.MAX_STEPS_REACHED and ended.step_count == 3
+    assert ledger.entries == [f"{turn.id}:r1"]
+
+
+def test_a_form_is_answered_on_the_original_turn(runners: Callable[[], AgentRunner]) -> None:
+    # 「WAITING_FOR_USER 和 WAITING_FOR_APPROVAL 不是普通消息可以覆盖的状态，必须使用原 Turn 的
+    # resume(...) 提交表单或审批命令。」「重试和审批恢复会回到快照记录的阶段。」
+    # Gloss: a form is answered with user_input on the turn that asked, which resumes in
+    # the saved phase (TOOLS) and re-runs that tool with the data; continue does not fit.
+    @tool
+    def address() -> str:
+        """Ask for the address."""
+        return f"shipping to {AgentToolContext.current().request_user_input('address?')}"
+
+    model = Scripted(ask(ToolCall(id="f1", name="address")), "shipped")
+    turn = runners().run(Agent("a", model.model, tools=[address]), "ship it")
+    waiting = runners().restore(turn.id)
+    assert (waiting.status, waiting.phase) == (S.WAITING_FOR_USER, AgentTurnPhase.TOOLS)
+    with pytest.raises(InvalidResumeError):
+        runners().resume(turn.id, AgentResumeCommand.continue_turn())
+
+    done = runners().resume(turn.id, AgentResumeCommand.user_input("Main St 1", call_id="f1"))
+
+    assert done.status is S.COMPLETED and model.calls == 2
+    answers = [m for m in done.messages if isinstance(m, ToolMessage)]
+    assert [(m.call_id, m.content) for m in answers] == [("f1", "shipping to Main St 1")]
+
+
+def test_every_delegation_is_its_own_turn_in_one_tree(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「父 Agent 每次调用子 Agent 都会创建一个独立 Turn。」「子 Turn 通过 parentTurnId 指向直接父
+    # 任务，通过 rootTurnId 关联整棵任务树。根 Turn 的 rootTurnId 等于自身 ID。」
+    # Gloss: each delegation creates its own child turn, pointing at its parent and at
+    # the root of the tree; the root's root id is its own id.
+    loader.register(Workers().agent())
+    store = make_store()
+    root = AgentRunner(turn_store=store, agent_loader=loader).run(
+        planner(Scripted(create(task("t1"), task("t2")), "both done")), "go"
+    )
+
+    assert root.status is S.COMPLETED and root.root_turn_id == root.id
+    children = [make_store().load(c) for c in store.children_of(root.id)]
+    assert len({c.id for c in children}) == 2
+    assert {(c.parent_turn_id, c.root_turn_id, c.status) for c in children} == {
+        (root.id, root.id, S.COMPLETED)
+    }
+
+
+def test_the_conversation_id_is_restored_with_the_snapshot(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「绑定的 conversationId 会作为 Turn metadata 随 Snapshot 恢复。」
+    # Gloss: the conversation a turn is bound to is restored with its snapshot.
+    memories = Memories()
+    turn = retry_turn(memories.runner(make_store(), loader), "conv-7")
+
+    restored = AgentRunner(turn_store=make_store(), agent_loader=loader).restore(turn.id)
+
+    assert restored.conversation_id == "conv-7"
+
+
+class _CheckingMemory(InMemoryChatMemory):
+    """A memory of conversation ``c`` that records each added message not yet stored."""
+
+    def __init__(self, store: AgentTurnStore) -> None:
+        self.store = store
+        self.turn_id = ""
+        self.unsaved: list[str] = []
+        super().__init__()
+
+    def add_messages(self, messages: Sequence[Message]) -> None:
+        if messages:
+            active = self.store.find_active_turn("c")
+            self.turn_id = active[0] if active is not None else self.turn_id
+            stored = {m.id for m in self.store.load(self.turn_id).messages}
+            self.unsaved += [m.id for m in messages if m.id not in stored]
+        super().add_messages(messages)
+
+
+def test_messages_reach_the_memory_only_after_their_save(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「Snapshot 成功保存后，再把本轮新增消息幂等投影到 ChatMemory」
+    # Gloss: new messages are projected to ChatMemory only once the snapshot holding them
+    # is saved, and each only once.
+    memory = _CheckingMemory(make_store())
+    runner = AgentRunner(
+        turn_store=make_store(), agent_loader=loader, chat_memory_provider=lambda cid: memory
+    )
+
+    done = runner.run(Agent("a", Scripted("hello").model), "hi", conversation_id="c")
+
+    assert done.status is S.COMPLETED and memory.turn_id == done.id and memory.unsaved == []
+    assert [m.id for m in memory.messages] == [m.id for m in done.messages]
+
+
+class _FlakyMemory(InMemoryChatMemory):
+    def __init__(self) -> None:
+        self.down = False
+        super().__init__()
+        self.down = True
+
+    def add_messages(self, messages: Sequence[Message]) -> None:
+        if self.down:
+            raise ConnectionError("memory is down")
+        super().add_messages(messages)
+
+
+def test_a_failing_memory_never_fails_the_turn_and_restore_projects_again(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「ChatMemory 写入失败不会把已经正确保存的 Turn 改成失败，AgentTurnStore 始终是执行状态的事实
+    # 来源。」「恢复 Turn 时也会重试投影。」
+    # Gloss: a failing memory write never fails a saved turn (the store is the truth);
+    # restoring the turn projects again.
+    memory = _FlakyMemory()
+
+    def runner() -> AgentRunner:
+        return AgentRunner(
+            turn_store=make_store(), agent_loader=loader, chat_memory_provider=lambda cid: memory
+        )
+
+    turn = runner().run(Agent("a", Scripted("hello").model), "hi", conversation_id="c")
+    assert turn.status is S.COMPLETED and memory.messages == []
+
+    memory.down = False
+    restored = runner().restore(turn.id)
+
+    assert [m.id for m in memory.messages] == [m.id for m in restored.messages]
+
+
+def test_the_event_log_keeps_the_original_failure(make_store: Callable[[], AgentTurnStore]) -> None:
+    # 「页面历史仍保留原始工具、取消和失败事件；收束消息主要用于保证后续模型请求的协议有效性。」
+    # Gloss: the closing messages fix the model's history; the page's history (the event
+    # log) still shows the original tool failure and the turn's failure.
+    memories = Memories()
+    store = make_store()
+    turn = ending["FAILED"](memories.runner(store, InMemoryAgentLoader()), "c")
+
+    types = [e.type for e in store.read_events(turn.root_turn_id) if e.turn_id == turn.id]
+
+    assert E.TOOL_FAILED in types and types[-1] is E.TURN_FAILED
+    assert types.index(E.TOOL_FAILED) < types.index(E.TURN_FAILED)
+
+
+def test_a_scheduled_retry_holds_no_thread(runners: Callable[[], AgentRunner]) -> None:
+    # 「审批、用户输入、子 Turn 和延迟重试形成阻塞边界，不会占用线程等待。」
+    # Gloss: a delayed retry is a blocking boundary: run returns at once with the turn
+    # RETRY_SCHEDULED, and no thread sleeps the delay away.
+    began = time.monotonic()
+    turn = retry_turn(runners(), initial_delay=60.0)
+
+    assert turn.status is S.RETRY_SCHEDULED and time.monotonic() - began < 5.0
+    assert turn.next_runnable_at is not None and turn.next_runnable_at > time.time() + 50
