@@ -156,12 +156,14 @@ def test_busy_while_waiting_for_a_child_or_a_retry(
     assert active.status is status
     model = Scripted("fine")
     other = memories.runner(make_store(), loader)
+    before = [m.id for m in memories.by_id["c"].messages]
 
     with pytest.raises(AgentConversationBusyException) as busy:
         other.run(Agent("b", model.model), "me too", conversation_id="c")
 
     assert (busy.value.active_turn_id, busy.value.status) == (active.id, status)
-    assert model.calls == 0
+    # 「排队消息在真正创建新 Turn 前不要写入 ChatMemory」: a refused message is not in memory
+    assert model.calls == 0 and [m.id for m in memories.by_id["c"].messages] == before
     assert other.cancel(active.id).status is S.CANCELLED
     assert other.run(Agent("b", model.model), "now", conversation_id="c").status is S.COMPLETED
     assert_valid_protocol(model.requests[0].messages)

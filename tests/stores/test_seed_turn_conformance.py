@@ -7,7 +7,7 @@ glosses it in English. tests/stores/test_seed_conformance.py has the runner's ru
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -17,19 +17,25 @@ from runner_core import (
     AgentResumeCommand,
     AgentRunner,
     AgentToolContext,
+    AgentTurnOptions,
     AgentTurnPhase,
     AgentTurnStatus,
     AgentTurnStore,
+    AiMessage,
+    FunctionModel,
     InMemoryAgentLoader,
     InMemoryChatMemory,
     InvalidResumeError,
     Message,
+    ModelRequest,
     ToolCall,
     ToolMessage,
     Usage,
+    UserMessage,
     tool,
 )
 from tests.support.plans import Scripted, Workers, ask, create, planner, task
+from tests.support.scripts import EventLog
 from tests.support.seed import Ledger, Memories, ending, policy_options, retry_turn
 
 S = AgentTurnStatus
@@ -234,3 +240,82 @@ def test_a_scheduled_retry_holds_no_thread(runners: Callable[[], AgentRunner]) -
 
     assert turn.status is S.RETRY_SCHEDULED and time.monotonic() - began < 5.0
     assert turn.next_runnable_at is not None and turn.next_runnable_at > time.time() + 50
+
+
+def test_streaming_is_kept_when_another_process_runs_the_turn(
+    runners: Callable[[], AgentRunner],
+) -> None:
+    # 「streaming(true) 设置当前 Turn 的模型调用方式，并随 Snapshot 持久化。……从 Snapshot 恢复或由
+    # Worker 执行时仍会保持一致。」
+    # Gloss: the streaming choice is saved with the turn; a process that restores it
+    # calls the model the same way.
+    used: list[str] = []
+
+    def generate(request: ModelRequest) -> str:
+        used.append("generate")
+        return "whole"
+
+    def stream(request: ModelRequest) -> Iterator[str]:
+        used.append("stream")
+        yield "in parts"
+
+    agent = Agent("a", FunctionModel(generate, stream_fn=stream))
+    turn = runners().start(agent, "hi", options=AgentTurnOptions(streaming=True))
+
+    done = runners().run_until_blocked(runners().restore(turn.id))
+
+    assert done.status is S.COMPLETED and done.final_output == "in parts"
+    assert used == ["stream"]
+
+
+def test_the_history_is_read_with_the_agents_message_limit(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「Runner 会从 ChatMemory.getModelMessages(agent.getMaxAttachedMessages()) 分页读取最近的
+    # 模型可见历史，不会把完整业务会话复制进 Turn。」
+    # Gloss: the runner asks the memory for at most the agent's max_attached_messages and
+    # copies only that window into the turn.
+    asked: list[int | None] = []
+
+    class Recording(InMemoryChatMemory):
+        def get_model_messages(self, max_messages: int | None) -> list[Message]:
+            asked.append(max_messages)
+            return super().get_model_messages(max_messages)
+
+    old = [m for n in range(5) for m in (UserMessage(f"q{n}"), AiMessage(f"a{n}"))]
+    memory = Recording(old)
+    runner = AgentRunner(
+        turn_store=make_store(), agent_loader=loader, chat_memory_provider=lambda cid: memory
+    )
+    agent = Agent("a", Scripted("ok").model, max_attached_messages=4)
+
+    turn = runner.run(agent, "q5", conversation_id="c")
+
+    assert asked == [4]
+    stored = make_store().load(turn.id).messages
+    assert [m.id for m in stored[:4]] == [m.id for m in old[-4:]] and len(stored) == 6
+
+
+def test_suspensions_and_ends_are_told_to_listeners_with_their_tree(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「TURN_SUSPENDED 不表示执行完毕。」「inbox.markTurnFinished(event.getTurnId(),
+    # event.getRootTurnId(), event.getType(), event.getEventId());」
+    # Gloss: a wait is told as TURN_SUSPENDED (not an end); every event names its turn,
+    # its root and its own id, so a listener can record a tree's ends idempotently.
+    log = EventLog()
+    runner = AgentRunner(turn_store=make_store(), agent_loader=loader)
+    runner.add_event_listener(log)
+    loader.register(Ledger().refund_agent())
+    plan = planner(Scripted(create(task("t1", agent="refunder")), "done"), subs=("refunder",))
+    root = runner.run(plan, "go")
+    [child_id] = make_store().children_of(root.id)
+
+    assert root.status is S.WAITING_FOR_CHILD
+    suspended = {e.turn_id for e in log.of(E.TURN_SUSPENDED)}
+    assert suspended == {root.id, child_id}
+    runner.resume(root.id, AgentResumeCommand.approve_tool("r1"))
+
+    ends = [e for e in log.events if e.type is E.TURN_COMPLETED]
+    assert {(e.turn_id, e.root_turn_id) for e in ends} == {(child_id, root.id), (root.id, root.id)}
+    assert len({e.event_id for e in log.events}) == len(log.events)
