@@ -6,8 +6,10 @@ glosses it in English. tests/stores/test_seed_conformance.py has the runner's ru
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 
 import pytest
 
@@ -17,17 +19,20 @@ from runner_core import (
     AgentResumeCommand,
     AgentRunner,
     AgentToolContext,
+    AgentTurn,
     AgentTurnOptions,
     AgentTurnPhase,
     AgentTurnStatus,
     AgentTurnStore,
     AiMessage,
+    ConcurrentModificationError,
     FunctionModel,
     InMemoryAgentLoader,
     InMemoryChatMemory,
     InvalidResumeError,
     Message,
     ModelRequest,
+    SuspensionType,
     ToolCall,
     ToolMessage,
     Usage,
@@ -36,7 +41,15 @@ from runner_core import (
 )
 from tests.support.plans import Scripted, Workers, ask, create, planner, task
 from tests.support.scripts import EventLog
-from tests.support.seed import Ledger, Memories, ending, policy_options, retry_turn
+from tests.support.seed import (
+    Ledger,
+    Meeting,
+    Memories,
+    ending,
+    policy_options,
+    retry_turn,
+    together,
+)
 
 S = AgentTurnStatus
 E = AgentEventType
@@ -319,3 +332,85 @@ def test_suspensions_and_ends_are_told_to_listeners_with_their_tree(
     ends = [e for e in log.events if e.type is E.TURN_COMPLETED]
     assert {(e.turn_id, e.root_turn_id) for e in ends} == {(child_id, root.id), (root.id, root.id)}
     assert len({e.event_id for e in log.events}) == len(log.events)
+
+
+def test_two_concurrent_submitted_resumes_exactly_one_wins(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「业务层完成幂等、重试和审计后调用 submitResume」「由 Store 分配版本」
+    # Gloss: two callbacks submitting the same approval at once: the store's version lets
+    # exactly one through; the other conflicts and nothing is applied twice.
+    ledger = Ledger()
+    turn = AgentRunner(turn_store=make_store(), agent_loader=loader).run(
+        ledger.refund_agent(), "refund me"
+    )
+    meeting = Meeting()
+    submitters = [
+        AgentRunner(turn_store=meeting.wrap(make_store()), agent_loader=loader) for _ in "ab"
+    ]
+    approve = AgentResumeCommand.approve_tool("r1").with_metadata(approver="u-7")
+
+    outcomes = together(
+        {
+            f"resumer-{i}": partial(r.submit_resume, turn.id, approve)
+            for i, r in enumerate(submitters)
+        }
+    )
+
+    errors = [o for o in outcomes.values() if isinstance(o, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], ConcurrentModificationError), outcomes
+    stored = make_store().load(turn.id)
+    assert stored.version == turn.version + 1 and len(stored.resume_log) == 1
+    done = AgentRunner(turn_store=make_store(), agent_loader=loader).run_until_blocked(
+        AgentRunner(turn_store=make_store(), agent_loader=loader).restore(turn.id)
+    )
+    assert done.status is S.COMPLETED and ledger.entries == [f"{turn.id}:r1"]
+
+
+def test_a_suspension_is_restored_with_its_call_and_phase(
+    runners: Callable[[], AgentRunner],
+) -> None:
+    # 「Turn 包含消息历史、当前状态与阶段、待执行 ToolCall、暂停信息」「重试和审批恢复会回到快照
+    # 记录的阶段。」
+    # Gloss: a waiting turn's record holds its pending call and suspension (type, call,
+    # phase to resume in); the approval resumes in that phase, with no new model decision.
+    ledger = Ledger()
+    turn = runners().run(ledger.refund_agent(), "refund me")
+
+    waiting = runners().restore(turn.id)
+    suspension = waiting.suspension
+    assert suspension is not None and suspension.type is SuspensionType.TOOL_APPROVAL
+    assert (suspension.correlation_id, suspension.resume_phase) == ("r1", AgentTurnPhase.TOOLS)
+    assert [c.id for c in waiting.pending_tool_calls] == ["r1"]
+
+    done = runners().resume(turn.id, AgentResumeCommand.approve_tool("r1"))
+    assert done.status is S.COMPLETED and done.iteration_count == 2
+    assert ledger.entries == [f"{turn.id}:r1"]
+
+
+def test_one_runner_serves_many_turns_at_once(runners: Callable[[], AgentRunner]) -> None:
+    # 「Runner 自身不把 Turn 保存在实例字段中，适合作为应用级对象复用；真正的持久状态位于
+    # AgentTurnStore。」「应用层共享一个配置完整的 Runner」
+    # Gloss: one runner, shared by the application, runs many turns in parallel threads
+    # without mixing them: each tool sees its own turn, each turn its own answer.
+    shared = runners()
+    gate = threading.Barrier(4, timeout=10)
+
+    @tool
+    def whoami(label: str) -> str:
+        """Say which turn this call belongs to."""
+        gate.wait()
+        ctx = AgentToolContext.current()
+        return f"{label}:{ctx.turn_id}:{ctx.metadata['label']}"
+
+    def run(label: str) -> AgentTurn:
+        reply = ask(ToolCall(id="w", name="whoami", arguments={"label": label}))
+        model = Scripted(reply, then=lambda request: request.messages[-1].content)
+        opts = AgentTurnOptions(metadata={"label": label})
+        return shared.run(Agent("a", model.model, tools=[whoami]), label, options=opts)
+
+    outcomes = together({label: partial(run, label) for label in "wxyz"})
+
+    for label, turn in outcomes.items():
+        assert isinstance(turn, AgentTurn) and turn.status is S.COMPLETED, turn
+        assert turn.final_output == f"{label}:{turn.id}:{label}"
