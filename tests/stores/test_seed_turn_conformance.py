@@ -24,6 +24,7 @@ from runner_core import (
     AgentTurnPhase,
     AgentTurnStatus,
     AgentTurnStore,
+    AgentWorker,
     AiMessage,
     ConcurrentModificationError,
     FunctionModel,
@@ -414,3 +415,37 @@ def test_one_runner_serves_many_turns_at_once(runners: Callable[[], AgentRunner]
     for label, turn in outcomes.items():
         assert isinstance(turn, AgentTurn) and turn.status is S.COMPLETED, turn
         assert turn.final_output == f"{label}:{turn.id}:{label}"
+
+
+def test_a_worker_runs_the_version_the_turn_was_started_with(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    # 「restore(...) 只从 Store 恢复 Snapshot，并按其中的 Agent ID 与版本装配 Agent。恢复后可由
+    # 调用方继续执行，也可由 AgentWorker 调度。」
+    # Gloss: a worker that picks the turn up assembles the agent of the snapshot's version,
+    # not the latest one registered since.
+    loader = InMemoryAgentLoader([Agent("a", Scripted("v1").model, version="1")])
+    queued = AgentRunner(turn_store=make_store(), agent_loader=loader).start("a", "hi")
+    loader.register(Agent("a", Scripted("v2").model, version="2"))
+    runner = AgentRunner(turn_store=make_store(), agent_loader=loader, dispatcher=lambda _: None)
+
+    worker = AgentWorker(runner, worker_id="w1")
+    while worker.run_once():
+        pass
+
+    done = make_store().load(queued.id)
+    assert (done.status, done.final_output, done.agent_version) == (S.COMPLETED, "v1", "1")
+
+
+def test_the_store_assigns_the_version_of_a_save(runners: Callable[[], AgentRunner]) -> None:
+    # 「正常业务代码应通过 runner.saveSnapshot(turn) 持久化，由 Store 分配版本，而不是只调用
+    # toSnapshot() 后自行覆盖数据。」
+    # Gloss: saving goes through the runner and the store numbers it; a copy read before
+    # that save cannot overwrite it.
+    turn = runners().start(Agent("a", Scripted("ok").model), "hi")
+    first, stale = runners().restore(turn.id), runners().restore(turn.id)
+
+    assert runners().save_snapshot(first) == turn.version + 1
+    with pytest.raises(ConcurrentModificationError):
+        runners().save_snapshot(stale)
+    assert runners().restore(turn.id).version == turn.version + 1
