@@ -15,6 +15,7 @@ import pytest
 
 from runner_core import (
     Agent,
+    AgentConversationBusyException,
     AgentEventType,
     AgentResumeCommand,
     AgentRunner,
@@ -449,3 +450,25 @@ def test_the_store_assigns_the_version_of_a_save(runners: Callable[[], AgentRunn
     with pytest.raises(ConcurrentModificationError):
         runners().save_snapshot(stale)
     assert runners().restore(turn.id).version == turn.version + 1
+
+
+@pytest.mark.parametrize("cid", ["会话-1001", "tenant-{a}:c1", "}{ x/y\\z"])
+def test_a_conversation_id_is_any_stable_text(
+    cid: str, make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> None:
+    # 「ChatMemoryProvider 只负责根据稳定的 conversationId 定位业务系统维护的 ChatMemory」
+    # Gloss: the conversation id is the business system's own stable text; any such text
+    # binds a turn, is refused while busy and takes the next turn once this one ended.
+    memories = Memories()
+    runner = memories.runner(make_store(), loader)
+    first = retry_turn(runner, cid)
+
+    with pytest.raises(AgentConversationBusyException) as busy:
+        memories.runner(make_store(), loader).start(
+            Agent("b", Scripted("x").model), "q", conversation_id=cid
+        )
+    assert (busy.value.conversation_id, busy.value.active_turn_id) == (cid, first.id)
+
+    assert runner.cancel(first.id).status is S.CANCELLED
+    nxt = runner.run(Agent("b", Scripted("next").model), "q2", conversation_id=cid)
+    assert nxt.status is S.COMPLETED and make_store().load(nxt.id).conversation_id == cid
