@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,8 @@ from runner_core import (
 from tests.support.plans import Scripted, Workers, ask, create, planner, task
 from tests.support.scripts import EventLog
 from tests.support.seed import (
+    CheckingMemory,
+    FlakyMemory,
     Ledger,
     Meeting,
     Memories,
@@ -162,31 +165,13 @@ def test_the_conversation_id_is_restored_with_the_snapshot(
     assert restored.conversation_id == "conv-7"
 
 
-class _CheckingMemory(InMemoryChatMemory):
-    """A memory of conversation ``c`` that records each added message not yet stored."""
-
-    def __init__(self, store: AgentTurnStore) -> None:
-        self.store = store
-        self.turn_id = ""
-        self.unsaved: list[str] = []
-        super().__init__()
-
-    def add_messages(self, messages: Sequence[Message]) -> None:
-        if messages:
-            active = self.store.find_active_turn("c")
-            self.turn_id = active[0] if active is not None else self.turn_id
-            stored = {m.id for m in self.store.load(self.turn_id).messages}
-            self.unsaved += [m.id for m in messages if m.id not in stored]
-        super().add_messages(messages)
-
-
 def test_messages_reach_the_memory_only_after_their_save(
     make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
 ) -> None:
     # 「Snapshot 成功保存后，再把本轮新增消息幂等投影到 ChatMemory」
     # Gloss: new messages are projected to ChatMemory only once the snapshot holding them
     # is saved, and each only once.
-    memory = _CheckingMemory(make_store())
+    memory = CheckingMemory(make_store())
     runner = AgentRunner(
         turn_store=make_store(), agent_loader=loader, chat_memory_provider=lambda cid: memory
     )
@@ -197,18 +182,6 @@ def test_messages_reach_the_memory_only_after_their_save(
     assert [m.id for m in memory.messages] == [m.id for m in done.messages]
 
 
-class _FlakyMemory(InMemoryChatMemory):
-    def __init__(self) -> None:
-        self.down = False
-        super().__init__()
-        self.down = True
-
-    def add_messages(self, messages: Sequence[Message]) -> None:
-        if self.down:
-            raise ConnectionError("memory is down")
-        super().add_messages(messages)
-
-
 def test_a_failing_memory_never_fails_the_turn_and_restore_projects_again(
     make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
 ) -> None:
@@ -216,7 +189,7 @@ def test_a_failing_memory_never_fails_the_turn_and_restore_projects_again(
     # 来源。」「恢复 Turn 时也会重试投影。」
     # Gloss: a failing memory write never fails a saved turn (the store is the truth);
     # restoring the turn projects again.
-    memory = _FlakyMemory()
+    memory = FlakyMemory()
 
     def runner() -> AgentRunner:
         return AgentRunner(
@@ -472,3 +445,40 @@ def test_a_conversation_id_is_any_stable_text(
     assert runner.cancel(first.id).status is S.CANCELLED
     nxt = runner.run(Agent("b", Scripted("next").model), "q2", conversation_id=cid)
     assert nxt.status is S.COMPLETED and make_store().load(nxt.id).conversation_id == cid
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="during a direct run's first model call the stored turn is still READY, so "
+    "another caller's cancel ends it at once instead of setting the flag, and run() "
+    "raises ConcurrentModificationError instead of returning the CANCELLED turn",
+)
+def test_a_cancel_during_the_first_model_call_ends_the_run_cancelled(
+    runners: Callable[[], AgentRunner],
+) -> None:
+    # 「取消是协作式的：Store 先保存单调取消标志，Runner 在安全边界转换为 CANCELLED。它不保证
+    # 立即中断已经发出的 HTTP 请求或工具函数。」
+    # Gloss: a cancel only sets the flag; the runner running the turn ends it CANCELLED at
+    # its next safe boundary (here right after the model call), before any tool runs.
+    canceller = runners()
+    ran: list[str] = []
+    started: list[str] = []
+
+    @tool
+    def lookup() -> str:
+        """Never reached: cancelled first."""
+        ran.append("lookup")
+        return "found"
+
+    def decide(request: ModelRequest) -> Any:
+        canceller.cancel(started[0])
+        return ask(ToolCall(id="l1", name="lookup"))
+
+    runner = runners()
+    turn = runner.start(Agent("a", Scripted(decide).model, tools=[lookup]), "go")
+    started.append(turn.id)
+
+    ended = runner.run_until_blocked(turn)
+
+    assert ended.status is S.CANCELLED and ran == []
+    assert runners().restore(turn.id).status is S.CANCELLED

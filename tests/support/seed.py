@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from runner_core import (
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
     InMemoryChatMemory,
+    Message,
     ModelError,
     RetryPolicy,
     ToolCall,
@@ -30,6 +31,8 @@ from runner_core import (
 from tests.support.plans import Scripted, ask, create, planner, task
 
 __all__ = [
+    "CheckingMemory",
+    "FlakyMemory",
     "Ledger",
     "Meeting",
     "Memories",
@@ -266,3 +269,37 @@ def together(calls: dict[str, Callable[[], object]]) -> dict[str, object]:
     for t in threads:
         t.join(timeout=30)
     return outcomes
+
+
+class CheckingMemory(InMemoryChatMemory):
+    """A memory of conversation ``c`` that records each added message not yet stored."""
+
+    def __init__(self, store: AgentTurnStore) -> None:
+        self.store = store
+        self.turn_id = ""
+        self.unsaved: list[str] = []
+        super().__init__()
+
+    def add_messages(self, messages: Sequence[Message]) -> None:
+        """Note what is not stored yet, then add."""
+        if messages:
+            active = self.store.find_active_turn("c")
+            self.turn_id = active[0] if active is not None else self.turn_id
+            stored = {m.id for m in self.store.load(self.turn_id).messages}
+            self.unsaved += [m.id for m in messages if m.id not in stored]
+        super().add_messages(messages)
+
+
+class FlakyMemory(InMemoryChatMemory):
+    """A memory whose writes fail while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = False
+        super().__init__()
+        self.down = True
+
+    def add_messages(self, messages: Sequence[Message]) -> None:
+        """Add, or fail while down."""
+        if self.down:
+            raise ConnectionError("memory is down")
+        super().add_messages(messages)
