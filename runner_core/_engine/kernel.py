@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import threading
 import time
 import uuid
@@ -390,6 +391,10 @@ def close_plan(st: AgentTurnSnapshot, reason: str) -> None:
 
 
 def _fill(template: str, **values: str) -> str:
-    for key, value in values.items():
-        template = template.replace("{" + key + "}", value)
-    return template
+    """``template`` with each ``{name}`` of ``values`` replaced, in one pass.
+
+    A value's own text (an exception message with braces) is quoted as it is, never filled
+    in again.
+    """
+    pattern = "|".join(re.escape("{" + key + "}") for key in values)
+    return re.sub(pattern, lambda m: values[m.group(0)[1:-1]], template) if values else template

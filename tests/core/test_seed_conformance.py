@@ -413,11 +413,6 @@ def test_sync_mode_runs_the_child_inline(
     assert child.status is S.COMPLETED and child.root_turn_id == root.id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="placeholders are replaced one after another, so {turnId} or {toolName} in the "
-    "reason's own text (an exception message) are replaced too and the reason is misquoted",
-)
 def test_the_reason_is_quoted_verbatim_in_the_closing_messages(runner: AgentRunner) -> None:
     # 「工具消息模板支持 {reason}、{turnId}、{toolCallId} 和 {toolName}；Turn 消息模板支持 {reason}
     # 和 {turnId}。」
