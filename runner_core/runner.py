@@ -171,11 +171,31 @@ class AgentRunner(AsyncProducers):
         """Step until the turn blocks or ends; in-process, children run inline."""
         while True:
             while _wants_step(turn):
-                self.step(turn)
+                try:
+                    self.step(turn)
+                except ConcurrentModificationError:
+                    if not self._ended_elsewhere(turn):
+                        raise
+                    return turn
             if turn.status is not AgentTurnStatus.WAITING_FOR_CHILD or turn.held_lease:
                 return turn
             if not self._run_children(turn):
                 return turn
+
+    def _ended_elsewhere(self, turn: AgentTurn) -> bool:
+        """After a refused commit of an unleased turn: adopt the stored turn if it has ended.
+
+        A direct run holds no lease, so while its first step runs the stored turn is still
+        READY and another caller's cancel ends it at once; the step's commit is then refused
+        and the run returns the turn as that cancel left it.
+        """
+        if turn.held_lease is not None:
+            return False
+        stored = self.store.load(turn.id)
+        if not stored.status.is_terminal:
+            return False
+        turn.state = stored
+        return True
 
     def _run_children(self, parent: AgentTurn) -> bool:
         """Run the awaited children one after the other; True if the parent can go on."""

@@ -447,12 +447,6 @@ def test_a_conversation_id_is_any_stable_text(
     assert nxt.status is S.COMPLETED and make_store().load(nxt.id).conversation_id == cid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="during a direct run's first model call the stored turn is still READY, so "
-    "another caller's cancel ends it at once instead of setting the flag, and run() "
-    "raises ConcurrentModificationError instead of returning the CANCELLED turn",
-)
 def test_a_cancel_during_the_first_model_call_ends_the_run_cancelled(
     runners: Callable[[], AgentRunner],
 ) -> None:
