@@ -106,3 +106,13 @@ def test_a_conversation_id_without_memory_is_cut_too(scene: Scene) -> None:
         scene.start(conversation_id="c" * 10_000)
     assert len(str(caught.value)) < 200
     scene.assert_nothing_changed()
+
+
+def test_every_row_of_the_census_is_in_the_docs() -> None:
+    from pathlib import Path
+
+    table = (Path(__file__).parents[2] / "docs" / "limits.md").read_text()
+    for case in ALL:
+        entry, bad = case.row.split(": ", 1)
+        named = f" `{case.field}`" if case.field else ""
+        assert f"| `{entry}` | {bad} | `{case.error.__name__}`{named} |" in table, case.id
