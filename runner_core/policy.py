@@ -46,7 +46,8 @@ def argument_error(owner: str, exc: ValidationError) -> AgentWorkerError:
         return cause
     field = ".".join(str(part) for part in first["loc"]) or None
     kind = first["type"]
-    message = f"{owner}.{field}: {first['msg']} (got {shorten(first.get('input'))})"
+    where = f"{owner}.{field}" if field else owner
+    message = f"{where}: {first['msg']} (got {shorten(first.get('input'))})"
     if kind in _TYPE_ERRORS or kind.endswith("_type"):
         return InvalidArgumentTypeError(message, field=field)
     return InvalidArgumentError(message, field=field)
@@ -179,7 +180,8 @@ def validate_metadata(value: Any, field: str = "metadata") -> dict[str, Any]:
         raise InvalidArgumentTypeError(
             f"{field} must be a dict, not {type(value).__name__}", field=field
         )
-    return validate_json(value, field)  # type: ignore[no-any-return]
+    cleaned: dict[str, Any] = validate_json(value, field)
+    return cleaned
 
 
 def validate_json(value: Any, field: str) -> Any:

@@ -84,6 +84,14 @@ class AgentResumeCommand:
             raise InvalidArgumentTypeError(
                 f"reason must be a string, not {type(self.reason).__name__}", field="reason"
             )
+        if not isinstance(self.reasons, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.reasons.items()
+        ):
+            raise InvalidArgumentTypeError(
+                "reasons must map call ids to reasons (strings)", field="reasons"
+            )
+        if not all(isinstance(call_id, str) for call_id in self.call_ids):
+            raise InvalidArgumentTypeError("call_ids must be strings", field="call_ids")
         object.__setattr__(self, "metadata", validate_metadata(self.metadata))
         if self.data is not None and not isinstance(self.data, str):
             object.__setattr__(self, "data", validate_json(self.data, "data"))

@@ -64,7 +64,8 @@ def bounded_answer(response: ModelResponse, limits: AgentLimits) -> ModelRespons
     """The response, its text cut to ``max_model_answer_bytes`` or a ``ModelError``.
 
     By ``oversized_output``: ``"truncate"`` cuts the text and says so at its end; what
-    cannot be cut (tool calls, provider data) over the limit, or ``"fail"``, fails the turn.
+    cannot be cut (tool calls, reasoning, provider data) over the limit, or ``"fail"``,
+    fails the turn.
     """
     if not isinstance(response, ModelResponse):
         return response  # checked_message says what it is

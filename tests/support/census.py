@@ -350,6 +350,12 @@ COMMANDS: list[Case] = [
         "reason",
         _new(lambda: CMD.reject_tool("c1", None)),
     ),
+    Case(
+        "AgentResumeCommand: reasons map to numbers",
+        TYPE,
+        "reasons",
+        _new(lambda: CMD(CMD.reject_tool("c1").kind, reasons={"c1": 5})),
+    ),
 ]
 
 OPTIONS: list[Case] = [
