@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runner_core import Agent, AgentLimits, AgentLoader, ConfigurationError
+from runner_core.errors import shorten
 from runner_core.worker import step_grace
 
 SOFT_LIMIT_MARGIN = 1.0
@@ -250,7 +251,7 @@ class UnsetAgentLoader:
 
     def load(self, agent_id: str, version: str | None = None) -> Agent:
         """Raise ``ConfigurationError`` saying what to set."""
-        raise ConfigurationError(f"cannot load agent {agent_id!r}: {MISSING_LOADER}")
+        raise ConfigurationError(f"cannot load agent {shorten(agent_id)}: {MISSING_LOADER}")
 
 
 def import_loader(path: str) -> AgentLoader:

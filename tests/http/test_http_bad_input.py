@@ -122,3 +122,13 @@ def test_the_librarys_typed_errors_are_422_naming_their_field(error: Exception, 
     assert status_of(error) == 422
     body: dict[str, Any] = error_body(error)["error"]
     assert (body["type"], body["field"]) == (type(error).__name__, field)
+
+
+def test_a_20000_character_agent_id_is_not_echoed(http: TestClient, runner: AgentRunner) -> None:
+    body = {"agent": "a" * 20_000, "input": "x"}
+
+    answer = http.post("/turns", json=body, headers=TOKEN)
+
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "agent"
+    assert len(answer.text) < 400
+    assert _turn_count(runner) == 0
