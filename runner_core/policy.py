@@ -41,16 +41,27 @@ _TYPE_ERRORS = frozenset({"extra_forbidden", "is_instance_of", "model_type", "da
 def argument_error(owner: str, exc: ValidationError) -> AgentWorkerError:
     """Our typed error for pydantic's first complaint, naming the field it is about."""
     first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
     cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, InvalidArgumentError | InvalidArgumentTypeError):
+        return _nested(owner, field, cause)
     if isinstance(cause, AgentWorkerError):
         return cause
-    field = ".".join(str(part) for part in first["loc"]) or None
     kind = first["type"]
     where = f"{owner}.{field}" if field else owner
     message = f"{where}: {first['msg']} (got {shorten(first.get('input'))})"
     if kind in _TYPE_ERRORS or kind.endswith("_type"):
         return InvalidArgumentTypeError(message, field=field)
     return InvalidArgumentError(message, field=field)
+
+
+def _nested(
+    owner: str, field: str | None, cause: InvalidArgumentError | InvalidArgumentTypeError
+) -> AgentWorkerError:
+    """A nested value's error, its field given from the outer value (``budget.max_...``)."""
+    if field is None or cause.field is None or cause.field == field:
+        return cause
+    return type(cause)(f"{owner}.{field}: {cause}", field=f"{field}.{cause.field}")
 
 
 class AgentLimits(_Value):

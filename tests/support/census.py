@@ -437,6 +437,21 @@ OPTIONS: list[Case] = [
     ),
 ]
 
+NESTED: list[Case] = [
+    Case(
+        "AgentExecutionPolicy: budget={'max_tool_calls': 'x'}",
+        A,
+        "budget.max_tool_calls",
+        _new(lambda: AgentExecutionPolicy(budget={"max_tool_calls": "x"})),
+    ),
+    Case(
+        "AgentTurnOptions: policy={'limits': {'max_input_bytes': 0}}",
+        A,
+        "policy.limits.max_input_bytes",
+        _new(lambda: AgentTurnOptions(policy={"limits": {"max_input_bytes": 0}})),
+    ),
+]
+
 RECORDS: list[Case] = [
     Case(
         "load_snapshot: not JSON",
@@ -453,4 +468,4 @@ RECORDS: list[Case] = [
 ]
 
 #: Every case of the census that needs no server.
-ALL = [*RUNNER, *COMMANDS, *OPTIONS, *RECORDS]
+ALL = [*RUNNER, *COMMANDS, *OPTIONS, *NESTED, *RECORDS]
