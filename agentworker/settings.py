@@ -9,7 +9,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runner_core import Agent, AgentLoader, ConfigurationError
+from runner_core import Agent, AgentLimits, AgentLoader, ConfigurationError
+from runner_core.errors import shorten
 from runner_core.worker import step_grace
 
 SOFT_LIMIT_MARGIN = 1.0
@@ -120,6 +121,29 @@ class Settings(BaseSettings):
     metrics_addr: str = "127.0.0.1"
     #: ``json``: workers, beat and the HTTP app log one JSON object per line.
     log_format: Literal["text", "json"] = "text"
+    #: The library's size limits (docs/limits.md), in bytes: a new turn's input; the
+    #: metadata of a start or resume (and a cancel or reject reason); a resume's data; one
+    #: tool result; one model answer.
+    max_input_bytes: int = Field(default=1_048_576, gt=0)
+    max_metadata_bytes: int = Field(default=65_536, gt=0)
+    max_resume_data_bytes: int = Field(default=1_048_576, gt=0)
+    max_tool_result_bytes: int = Field(default=1_048_576, gt=0)
+    max_model_answer_bytes: int = Field(default=1_048_576, gt=0)
+    #: A tool result or model answer over its limit: ``truncate`` (cut, with a marker) or
+    #: ``fail`` (an error of the call; a model's fails the turn).
+    oversized_output: Literal["truncate", "fail"] = "truncate"
+
+    @property
+    def limits(self) -> AgentLimits:
+        """The ``AGENTWORKER_MAX_*`` limits as the runner's ``AgentLimits``."""
+        return AgentLimits(
+            max_input_bytes=self.max_input_bytes,
+            max_metadata_bytes=self.max_metadata_bytes,
+            max_resume_data_bytes=self.max_resume_data_bytes,
+            max_tool_result_bytes=self.max_tool_result_bytes,
+            max_model_answer_bytes=self.max_model_answer_bytes,
+            oversized_output=self.oversized_output,
+        )
 
     @property
     def step_grace_seconds(self) -> float:
@@ -227,7 +251,7 @@ class UnsetAgentLoader:
 
     def load(self, agent_id: str, version: str | None = None) -> Agent:
         """Raise ``ConfigurationError`` saying what to set."""
-        raise ConfigurationError(f"cannot load agent {agent_id!r}: {MISSING_LOADER}")
+        raise ConfigurationError(f"cannot load agent {shorten(agent_id)}: {MISSING_LOADER}")
 
 
 def import_loader(path: str) -> AgentLoader:

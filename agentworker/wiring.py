@@ -48,7 +48,7 @@ def make_runner(
         turn_store=store,
         agent_loader=loader,
         chat_memory_provider=store.chat_memory,
-        policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds),
+        policy=AgentExecutionPolicy(lease_seconds=settings.lease_seconds, limits=settings.limits),
         dispatcher=CeleryDispatcher(app, settings.step_queue),
         middleware=metrics.middleware(),
         step_time_limit=settings.step_time_limit,

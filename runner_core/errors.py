@@ -4,6 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+#: How many characters of an id or a value an error message shows.
+SHOWN_CHARS = 80
+
+
+def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr`` of ``value``, its text cut to ``limit`` characters and the length said.
+
+    Every error that echoes a caller's id or value shows it through this, so a message
+    stays readable (and small) whatever was passed in: ``'abc…' (1048576 chars)``.
+    """
+    if not isinstance(value, str):
+        value = repr(value)
+        return value if len(value) <= limit else f"{value[:limit]}… ({len(value)} chars)"
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} chars)"
+
 
 class AgentWorkerError(Exception):
     """Base class of every error agentworker raises on purpose.
@@ -28,7 +45,7 @@ class TurnNotFoundError(AgentWorkerError, LookupError):
     """Raised when a turn id is unknown to the store."""
 
     def __init__(self, turn_id: str) -> None:
-        super().__init__(f"turn {turn_id!r} not found")
+        super().__init__(f"turn {shorten(turn_id)} not found")
         self.turn_id = turn_id
 
 
@@ -36,7 +53,7 @@ class AgentNotFoundError(AgentWorkerError, LookupError):
     """Raised when an agent id (or id and version) is unknown to the loader."""
 
     def __init__(self, agent_id: str, version: str | None = None) -> None:
-        what = f"agent {agent_id!r}" + (f" version {version!r}" if version else "")
+        what = f"agent {shorten(agent_id)}" + (f" version {shorten(version)}" if version else "")
         super().__init__(f"{what} not found")
         self.agent_id = agent_id
         self.version = version
@@ -47,7 +64,7 @@ class ConcurrentModificationError(AgentWorkerError):
 
     def __init__(self, turn_id: str, expected: int, actual: int | None) -> None:
         super().__init__(
-            f"turn {turn_id!r} was modified concurrently "
+            f"turn {shorten(turn_id)} was modified concurrently "
             f"(expected version {expected}, stored version {actual})"
         )
         self.turn_id = turn_id
@@ -59,7 +76,7 @@ class LeaseLostError(AgentWorkerError):
     """Raised when a runner acts on a turn whose lease it does not (or no longer) hold."""
 
     def __init__(self, turn_id: str, message: str) -> None:
-        super().__init__(f"turn {turn_id!r}: {message}")
+        super().__init__(f"turn {shorten(turn_id)}: {message}")
         self.turn_id = turn_id
 
 
@@ -73,14 +90,28 @@ class TurnLeasedError(LeaseLostError):
     def __init__(self, turn_id: str, owner: str, retry_after: float) -> None:
         super().__init__(
             turn_id,
-            f"leased by worker {owner!r} for up to {retry_after:.3f}s more; try again then",
+            f"leased by worker {shorten(owner)} for up to {retry_after:.3f}s more; try again then",
         )
         self.owner = owner
         self.retry_after = max(0.0, retry_after)
 
 
 class InvalidArgumentError(AgentWorkerError, ValueError):
-    """A public call got an argument it cannot take; ``field`` names it when known."""
+    """Raised when a public call gets a value it cannot take; ``field`` names it when known.
+
+    Nothing was stored or changed.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidArgumentTypeError(AgentWorkerError, TypeError):
+    """Raised when a public call gets an argument of a type it cannot take; ``field`` names it.
+
+    Nothing was stored or changed.
+    """
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
@@ -98,7 +129,7 @@ class InvalidResumeError(AgentWorkerError, ValueError):
     """Raised when a resume command does not fit the turn's state; nothing is changed."""
 
     def __init__(self, turn_id: str, message: str) -> None:
-        super().__init__(f"cannot resume turn {turn_id!r}: {message}")
+        super().__init__(f"cannot resume turn {shorten(turn_id)}: {message}")
         self.turn_id = turn_id
 
 
@@ -107,7 +138,7 @@ class IllegalTransitionError(AgentWorkerError, RuntimeError):
 
     def __init__(self, turn_id: str, old: Any, new: Any) -> None:
         was, now = getattr(old, "value", old), getattr(new, "value", new)
-        super().__init__(f"turn {turn_id}: no transition {was} -> {now}")
+        super().__init__(f"turn {shorten(turn_id)}: no transition {was} -> {now}")
         self.turn_id, self.old, self.new = turn_id, old, new
 
 
@@ -116,7 +147,8 @@ class AgentConversationBusyException(AgentWorkerError):
 
     def __init__(self, conversation_id: str, active_turn_id: str, status: object) -> None:
         super().__init__(
-            f"conversation {conversation_id!r} is busy: turn {active_turn_id!r} is {status}"
+            f"conversation {shorten(conversation_id)} is busy: "
+            f"turn {shorten(active_turn_id)} is {status}"
         )
         self.conversation_id = conversation_id
         self.active_turn_id = active_turn_id
@@ -127,7 +159,7 @@ class SnapshotCorruptedError(AgentWorkerError):
     """Raised when a stored record does not parse or has an unknown schema version."""
 
     def __init__(self, turn_id: str | None, message: str) -> None:
-        super().__init__(f"snapshot of turn {turn_id!r} is corrupted: {message}")
+        super().__init__(f"snapshot of turn {shorten(turn_id)} is corrupted: {message}")
         self.turn_id = turn_id
 
 
@@ -148,7 +180,7 @@ class HistoryRewrittenError(AgentWorkerError):
     """Raised when a save would change messages already stored (history is append-only)."""
 
     def __init__(self, turn_id: str, message: str) -> None:
-        super().__init__(f"turn {turn_id!r}: {message}")
+        super().__init__(f"turn {shorten(turn_id)}: {message}")
         self.turn_id = turn_id
 
 
@@ -161,7 +193,11 @@ class StoreUnavailableError(AgentWorkerError):
 
 
 class PayloadTooLargeError(AgentWorkerError, ValueError):
-    """Raised when a request body, an input or metadata exceeds its configured limit."""
+    """Raised when a request body, an input, metadata or a result exceeds its limit.
+
+    ``what`` says what was too large, ``field`` the argument or request field when there
+    is one, ``limit`` the limit in bytes; nothing was stored.
+    """
 
     def __init__(self, what: str, size: int, limit: int, field: str | None = None) -> None:
         super().__init__(f"{what} is {size} bytes or more; the limit is {limit}")

@@ -2,17 +2,90 @@
 
 from __future__ import annotations
 
+import json
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from tenacity import wait_exponential, wait_random
 
+from runner_core.errors import (
+    AgentWorkerError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    PayloadTooLargeError,
+    shorten,
+)
 from runner_core.messages import UserMessage
 
 
 class _Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, /, **data: Any) -> None:
+        """Validate ``data``; a bad value raises our typed error naming its field.
+
+        Only construction goes through here: stored data is read with ``model_validate``,
+        which keeps raising what the store wraps (``SnapshotCorruptedError``).
+        """
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise argument_error(type(self).__name__, exc) from exc
+
+
+#: pydantic error types that mean "an argument of the wrong type" (``TypeError``).
+_TYPE_ERRORS = frozenset({"extra_forbidden", "is_instance_of", "model_type", "dataclass_type"})
+
+
+def argument_error(owner: str, exc: ValidationError) -> AgentWorkerError:
+    """Our typed error for pydantic's first complaint, naming the field it is about."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, InvalidArgumentError | InvalidArgumentTypeError):
+        return _nested(owner, field, cause)
+    if isinstance(cause, AgentWorkerError):
+        return cause
+    kind = first["type"]
+    where = f"{owner}.{field}" if field else owner
+    message = f"{where}: {first['msg']} (got {shorten(first.get('input'))})"
+    if kind in _TYPE_ERRORS or kind.endswith("_type"):
+        return InvalidArgumentTypeError(message, field=field)
+    return InvalidArgumentError(message, field=field)
+
+
+def _nested(
+    owner: str, field: str | None, cause: InvalidArgumentError | InvalidArgumentTypeError
+) -> AgentWorkerError:
+    """A nested value's error, its field given from the outer value (``budget.max_...``)."""
+    if field is None or cause.field is None or cause.field == field:
+        return cause
+    return type(cause)(f"{owner}.{field}: {cause}", field=f"{field}.{cause.field}")
+
+
+class AgentLimits(_Value):
+    """How large a turn's data may be, in bytes (UTF-8 text, compact JSON).
+
+    Over a limit on the way in (input, metadata, resume data): ``PayloadTooLargeError``
+    and nothing is stored. A tool result or model answer over its limit is cut with a
+    marker the model can read (``"truncate"``) or fails the turn (``"fail"``).
+    """
+
+    #: The input of a new turn.
+    max_input_bytes: int = Field(default=1_048_576, gt=0)
+    #: The metadata of a new turn or of a resume command, and a cancel or reject reason.
+    max_metadata_bytes: int = Field(default=65_536, gt=0)
+    #: The data of a resume command (a user-input answer).
+    max_resume_data_bytes: int = Field(default=1_048_576, gt=0)
+    #: One tool result, as the model reads it.
+    max_tool_result_bytes: int = Field(default=1_048_576, gt=0)
+    #: One model answer: its text, tool calls and provider data, as stored.
+    max_model_answer_bytes: int = Field(default=1_048_576, gt=0)
+    #: A tool result or model answer over its limit: ``"truncate"`` cuts its text and says
+    #: so at the end; ``"fail"`` makes it an error (a tool's goes by the tool error
+    #: strategy, a model's fails the turn).
+    oversized_output: Literal["truncate", "fail"] = "truncate"
 
 
 class AgentBudget(_Value):
@@ -95,6 +168,8 @@ class AgentExecutionPolicy(_Value):
     #: What a call past its timeout does: ``"error"`` tells the model, ``"retry"`` schedules
     #: a retry, ``"fail"`` fails the turn (a tool's own ``timeout_behavior`` wins).
     tool_timeout_behavior: Literal["error", "retry", "fail"] = "error"
+    #: Sizes of inputs, metadata, resume data, tool results and model answers.
+    limits: AgentLimits = AgentLimits()
 
 
 class AgentTurnOptions(_Value):
@@ -110,36 +185,77 @@ class AgentTurnOptions(_Value):
         return validate_metadata(value)
 
 
-def validate_metadata(value: Any) -> dict[str, Any]:
-    """Return a JSON-clean copy of ``value``; ``ValueError`` names the first bad key."""
+def validate_metadata(value: Any, field: str = "metadata") -> dict[str, Any]:
+    """Return a JSON-clean copy of ``value``; ``InvalidArgumentError`` names the bad key."""
     if not isinstance(value, dict):
-        raise ValueError(f"metadata must be a dict, not {type(value).__name__}")
-    return {str(k): _json_value(v, str(k)) for k, v in value.items()}
+        raise InvalidArgumentTypeError(
+            f"{field} must be a dict, not {type(value).__name__}", field=field
+        )
+    cleaned: dict[str, Any] = validate_json(value, field)
+    return cleaned
 
 
-def _json_value(value: Any, path: str) -> Any:
+def validate_json(value: Any, field: str) -> Any:
+    """Return a JSON-clean copy of ``value`` (dicts with string keys, lists, finite numbers).
+
+    ``InvalidArgumentError`` (``field=field``) names the first key or index that is not.
+    """
+    return _json_value(value, field, "")
+
+
+def _json_value(value: Any, field: str, path: str) -> Any:
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"metadata key {path!r}: {value} is not valid JSON")
+            _not_json(field, path, f"{value} is not valid JSON")
         return value
     if isinstance(value, list | tuple):
-        return [_json_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_json_value(v, field, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise ValueError(f"metadata key {path}.{k!r}: keys must be strings")
-            out[k] = _json_value(v, f"{path}.{k}")
+                _not_json(field, f"{path}.{shorten(k)}".lstrip("."), "keys must be strings")
+            out[k] = _json_value(v, field, f"{path}.{k}" if path else k)
         return out
-    raise ValueError(f"metadata key {path!r}: {type(value).__name__} is not JSON-serializable")
+    _not_json(field, path, f"{type(value).__name__} is not JSON-serializable")
 
 
-def as_user_message(value: str | UserMessage) -> UserMessage:
-    """Copy the input of a turn into a fresh ``UserMessage``."""
+def _not_json(field: str, path: str, why: str) -> NoReturn:
+    where = f"{field} key {shorten(path)}" if path else field
+    raise InvalidArgumentError(f"{where}: {why}", field=field)
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON (what the stores keep)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def text_size(text: str, limit: int) -> int:
+    """UTF-8 bytes of ``text``, without encoding it when its length alone decides."""
+    if len(text) > limit or 4 * len(text) <= limit:
+        return len(text)  # a char is 1 to 4 bytes: either way the answer is the same
+    return len(text.encode())
+
+
+def check_size(what: str, size: int, limit: int, field: str) -> None:
+    """``PayloadTooLargeError`` naming ``field`` and ``limit`` when ``size`` is over it."""
+    if size > limit:
+        raise PayloadTooLargeError(what, size, limit, field)
+
+
+def as_user_message(value: str | UserMessage, limit: int | None = None) -> UserMessage:
+    """Copy the input of a turn into a fresh ``UserMessage`` (at most ``limit`` bytes)."""
     if isinstance(value, UserMessage):
+        if limit is not None:
+            size = text_size(value.content, limit) if isinstance(value.content, str) else None
+            check_size("input", size or len(value.model_dump_json()), limit, "input")
         return value.model_copy(deep=True)
     if isinstance(value, str):
+        if limit is not None:
+            check_size("input", text_size(value, limit), limit, "input")
         return UserMessage(value)
-    raise TypeError(f"input must be str or UserMessage, not {type(value).__name__}")
+    raise InvalidArgumentTypeError(
+        f"input must be str or UserMessage, not {type(value).__name__}", field="input"
+    )

@@ -7,8 +7,14 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from runner_core.errors import InvalidArgumentError, InvalidResumeError
+from runner_core.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidResumeError,
+    shorten,
+)
 from runner_core.events import AgentEventType
+from runner_core.policy import validate_json, validate_metadata
 from runner_core.snapshot import AgentTurnSnapshot, Suspension, SuspensionType
 from runner_core.status import AgentTurnStatus, move
 
@@ -66,6 +72,30 @@ class AgentResumeCommand:
     #: The calls ``reject_tools`` rejects, each with what the model hears.
     reasons: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Refuse at once what no turn could store: non-JSON metadata or data, odd types."""
+        for name in ("call_id", "child_turn_id"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentTypeError(
+                    f"{name} must be a string, not {type(value).__name__}", field=name
+                )
+        if not isinstance(self.reason, str):
+            raise InvalidArgumentTypeError(
+                f"reason must be a string, not {type(self.reason).__name__}", field="reason"
+            )
+        if not isinstance(self.reasons, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.reasons.items()
+        ):
+            raise InvalidArgumentTypeError(
+                "reasons must map call ids to reasons (strings)", field="reasons"
+            )
+        if not all(isinstance(call_id, str) for call_id in self.call_ids):
+            raise InvalidArgumentTypeError("call_ids must be strings", field="call_ids")
+        object.__setattr__(self, "metadata", validate_metadata(self.metadata))
+        if self.data is not None and not isinstance(self.data, str):
+            object.__setattr__(self, "data", validate_json(self.data, "data"))
+
     @classmethod
     def continue_turn(cls) -> AgentResumeCommand:
         """Continue a turn waiting for a retry now, before it is due."""
@@ -120,7 +150,10 @@ class AgentResumeCommand:
         return cls(ResumeKind.CHILD_COMPLETED, child_turn_id=child_turn_id)
 
     def with_metadata(self, **metadata: Any) -> AgentResumeCommand:
-        """A copy carrying audit metadata (e.g. ``approver="u-7"``)."""
+        """A copy carrying audit metadata (e.g. ``approver="u-7"``), JSON values only.
+
+        A value that is not JSON raises ``InvalidArgumentError`` naming its key, at once.
+        """
         return replace(self, metadata={**self.metadata, **metadata})
 
     def answers(self) -> list[tuple[str, str | None]]:
@@ -190,7 +223,9 @@ def check_resume(st: AgentTurnSnapshot, cmd: AgentResumeCommand, now: float) -> 
     if cmd.kind in APPROVAL_KINDS:
         _check_answers(st, st.suspension, cmd)
     if cmd.kind is ResumeKind.USER_INPUT and cmd.call_id not in (None, wanted):
-        raise InvalidResumeError(st.id, f"call {cmd.call_id!r} did not ask for input ({wanted!r})")
+        raise InvalidResumeError(
+            st.id, f"call {shorten(cmd.call_id)} did not ask for input ({shorten(wanted)})"
+        )
     due = st.next_runnable_at or 0.0
     if cmd.kind is ResumeKind.RETRY and due > now:
         raise InvalidResumeError(
@@ -209,14 +244,14 @@ def _check_answers(st: AgentTurnSnapshot, suspension: Suspension, cmd: AgentResu
     named: set[str] = set()
     for call_id, _ in answers:
         if call_id in named:
-            raise InvalidResumeError(st.id, f"call {call_id!r} is named twice")
+            raise InvalidResumeError(st.id, f"call {shorten(call_id)} is named twice")
         named.add(call_id)
         if call_id not in listed:
-            which = ", ".join(repr(c) for c in listed)
+            which = ", ".join(shorten(c) for c in listed)
             what = "the one waiting" if len(listed) == 1 else "one of the calls waiting"
-            raise InvalidResumeError(st.id, f"call {call_id!r} is not {what} ({which})")
+            raise InvalidResumeError(st.id, f"call {shorten(call_id)} is not {what} ({which})")
         if verdict := _verdict(st, call_id):
-            raise InvalidResumeError(st.id, f"call {call_id!r} is already {verdict}")
+            raise InvalidResumeError(st.id, f"call {shorten(call_id)} is already {verdict}")
 
 
 def apply_resume(

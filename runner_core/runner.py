@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from runner_core._engine import tracing
+from runner_core._engine import intake, tracing
 from runner_core._engine.children import descendants
 from runner_core._engine.kernel import TurnKernel
 from runner_core._engine.leases import HeldLease, LeaseKeeper
@@ -20,8 +20,10 @@ from runner_core.conversation import ChatMemory, project
 from runner_core.errors import (
     AgentNotFoundError,
     ConcurrentModificationError,
+    InvalidArgumentTypeError,
     InvalidResumeError,
     TurnLeasedError,
+    shorten,
 )
 from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
 from runner_core.messages import Message, UserMessage
@@ -148,7 +150,9 @@ class AgentRunner(AsyncProducers):
                     self.loader.register(ref)
             return ref
         if not isinstance(ref, str):
-            raise TypeError(f"agent must be an Agent or an agent id, not {type(ref).__name__}")
+            raise InvalidArgumentTypeError(
+                f"agent must be an Agent or an agent id, not {type(ref).__name__}", field="agent"
+            )
         return self.loader.load(ref)
 
     # -- stepping -----------------------------------------------------------------------
@@ -215,7 +219,7 @@ class AgentRunner(AsyncProducers):
     def restore(self, turn_id: str) -> AgentTurn:
         """Load a turn from the store with the exact agent version it was created with."""
         refuse_blocking_call("restore")
-        return self._restore(turn_id)
+        return self._restore(intake.turn_id_of(turn_id))
 
     def _restore(self, turn_id: str) -> AgentTurn:
         snapshot = self.store.load(turn_id)
@@ -248,6 +252,7 @@ class AgentRunner(AsyncProducers):
         and the error says when that lease runs out. Try again then (HTTP: 409 with
         Retry-After); the owner usually gives the lease back within one step.
         """
+        intake.resume(self.policy.limits, turn_id, command)
         turn = self._restore(turn_id)
         if command.kind is ResumeKind.CHILD_COMPLETED:
             return self._child_completed(turn, command)
@@ -265,11 +270,11 @@ class AgentRunner(AsyncProducers):
         child_id = command.child_turn_id or ""
         check_resume(parent.state, command, self.store.now())
         if child_id not in waiting_child_ids(parent.state):
-            raise InvalidResumeError(parent.id, f"it does not wait for child {child_id!r}")
+            raise InvalidResumeError(parent.id, f"it does not wait for child {shorten(child_id)}")
         if not self.store.load(child_id).status.is_terminal:
-            raise InvalidResumeError(parent.id, f"child {child_id!r} has not ended")
+            raise InvalidResumeError(parent.id, f"child {shorten(child_id)} has not ended")
         if child_id in parent.state.child_results:
-            raise InvalidResumeError(parent.id, f"child {child_id!r} has already reported")
+            raise InvalidResumeError(parent.id, f"child {shorten(child_id)} has already reported")
         self.store.report_child(child_id)  # normally done by the child's own last commit
         return self._restore(parent.id)
 
@@ -301,6 +306,7 @@ class AgentRunner(AsyncProducers):
         call, as ``resume`` does, so a parent hears of a cancelled child.
         """
         refuse_blocking_call("cancel")
+        intake.cancel(self.policy.limits, turn_id, reason)
         try:
             turn = self._cancel_one(turn_id, reason)
             for child_id in descendants(self.store, turn_id):

@@ -15,6 +15,8 @@ from runner_core.errors import (
     AgentWorkerError,
     ConcurrentModificationError,
     ConfigurationError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     InvalidResumeError,
     LeaseLostError,
     PayloadTooLargeError,
@@ -32,6 +34,8 @@ STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (LeaseLostError, 409),
     (AgentNotFoundError, 422),
     (ConfigurationError, 422),
+    (InvalidArgumentError, 422),
+    (InvalidArgumentTypeError, 422),
     (StoreUnavailableError, 503),
     (AgentWorkerError, 500),
 )
@@ -119,7 +123,7 @@ def error_body(exc: BaseException) -> dict[str, Any]:
         return {"error": {"type": "StoreUnavailableError", "message": "the store is unavailable"}}
     error = {"type": type(exc).__name__, "message": str(exc)}
     field = next((f for k, f in FIELD_OF.items() if isinstance(exc, k)), None)
-    if isinstance(exc, PayloadTooLargeError):
+    if isinstance(exc, PayloadTooLargeError | InvalidArgumentError | InvalidArgumentTypeError):
         field = exc.field
     if field is not None:
         error["field"] = field

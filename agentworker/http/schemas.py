@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentworker.http.errors import ApiError
 from runner_core import AgentResumeCommand, AgentTurnSnapshot, AgentTurnStatus, SuspensionType
-from runner_core.errors import PayloadTooLargeError
+from runner_core.errors import PayloadTooLargeError, shorten
 from runner_core.resume import waiting_calls
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -149,15 +149,50 @@ def _check_metadata(metadata: dict[str, Any], limits: BodyLimits) -> None:
         raise PayloadTooLargeError("metadata", size, limits.max_metadata_bytes, "metadata")
 
 
-def _no_constants(name: str) -> Any:
-    raise ApiError(422, f"{name} is not valid JSON (numbers must be finite)")
+class _NotFinite(Exception):  # noqa: N818 - internal signal, never leaves this module
+    """``NaN`` or an infinity met while parsing a body."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+def _no_constants(text: str) -> Any:
+    raise _NotFinite(text)
 
 
 def _finite(text: str) -> float:
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        _no_constants(text)
+        raise _NotFinite(text)
     return value
+
+
+_FLAG = object()
+"""Stands in for a number that is not finite while finding the field it is in."""
+
+
+def _flagged(text: str) -> Any:
+    value = float(text)
+    return _FLAG if value in (float("inf"), float("-inf")) else value
+
+
+def _holds_flag(value: Any) -> bool:
+    if value is _FLAG:
+        return True
+    if isinstance(value, dict):
+        return any(_holds_flag(v) for v in value.values())
+    return isinstance(value, list) and any(_holds_flag(v) for v in value)
+
+
+def _not_finite(raw: bytes, text: str) -> ApiError:
+    """422 naming the top-level field that holds ``NaN`` or an infinity."""
+    data = json.loads(raw, parse_constant=lambda _: _FLAG, parse_float=_flagged)
+    fields = data if isinstance(data, dict) else {}
+    field = next((str(k) for k, v in fields.items() if _holds_flag(v)), None)
+    where = f"{field}: " if field else ""
+    message = f"{where}{shorten(text)} is not valid JSON (numbers must be finite)"
+    return ApiError(422, message, field)
 
 
 def parse(model: type[Body], raw: bytes, *, empty_ok: bool = False) -> Body:
@@ -169,6 +204,8 @@ def parse(model: type[Body], raw: bytes, *, empty_ok: bool = False) -> Body:
         return model()
     try:
         data = json.loads(raw, parse_constant=_no_constants, parse_float=_finite)
+    except _NotFinite as exc:
+        raise _not_finite(raw, exc.text) from None
     except ValueError:
         raise ApiError(422, "the body is not valid JSON") from None
     if not isinstance(data, dict):

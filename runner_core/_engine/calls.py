@@ -13,7 +13,7 @@ import functools
 import inspect
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runner_core._engine import aio, tracing
@@ -21,7 +21,7 @@ from runner_core._engine.kernel import TurnKernel
 from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import AgentToolContext
 from runner_core.deps import agent_deps
-from runner_core.errors import AgentWorkerError
+from runner_core.errors import AgentWorkerError, PayloadTooLargeError, shorten
 from runner_core.events import AgentEventType as E
 from runner_core.messages import AiMessage, ToolCall, ToolMessage
 from runner_core.models.base import (
@@ -38,6 +38,7 @@ from runner_core.models.base import (
     ToolCallDelta,
     prefers_async,
 )
+from runner_core.policy import AgentLimits, text_size
 from runner_core.tools import (
     AwaitableResultError,
     Tool,
@@ -51,10 +52,52 @@ from runner_core.turn import AgentTurn
 
 
 def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
-    """Ask the turn's model once (inside its span when traced)."""
+    """Ask the turn's model once (inside its span when traced), its answer within limits."""
     if turn.trace is tracing.ON:
-        return tracing.model_call(turn, request, lambda: _ask(k, turn, request))
-    return _ask(k, turn, request)
+        response = tracing.model_call(turn, request, lambda: _ask(k, turn, request))
+    else:
+        response = _ask(k, turn, request)
+    return bounded_answer(response, k.policy(turn).limits)
+
+
+def bounded_answer(response: ModelResponse, limits: AgentLimits) -> ModelResponse:
+    """The response, its text cut to ``max_model_answer_bytes`` or a ``ModelError``.
+
+    By ``oversized_output``: ``"truncate"`` cuts the text and says so at its end; what
+    cannot be cut (tool calls, reasoning, provider data) over the limit, or ``"fail"``,
+    fails the turn.
+    """
+    if not isinstance(response, ModelResponse):
+        return response  # checked_message says what it is
+    limit = limits.max_model_answer_bytes
+    message = response.message
+    size = _json_bytes(message)
+    if size <= limit:
+        return response
+    if limits.oversized_output == "truncate":
+        room = limit - _json_bytes(message.model_copy(update={"text": ""}))
+        for _ in range(3):  # JSON escapes in the text may take a little more room
+            cut = message.model_copy(
+                update={"text": truncated(message.text or "", room, size, limit)}
+            )
+            over = _json_bytes(cut) - limit
+            if over <= 0:
+                return replace(response, message=cut)
+            room -= over
+    raise ModelError(
+        f"the model answer is {size} bytes; the limit is {limit} (max_model_answer_bytes)"
+    )
+
+
+def _json_bytes(message: AiMessage) -> int:
+    return len(message.model_dump_json().encode())
+
+
+def truncated(text: str, room: int, size: int, limit: int) -> str:
+    """``text`` cut to at most ``room`` UTF-8 bytes, the marker included."""
+    marker = f"\n[truncated: {size} bytes, the limit is {limit}]"
+    keep = max(0, room - len(marker.encode()))
+    return text.encode()[:keep].decode(errors="ignore") + marker
 
 
 def _ask(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
@@ -151,7 +194,20 @@ def _run_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> Too
         return _timed_out(k, turn, tool, call, limit)
     finally:
         AgentToolContext.deactivate(token)
-    return ToolMessage(call_id=call.id, name=tool.name, content=render_result(value))
+    content = _bounded_result(render_result(value), k.policy(turn).limits, tool.name)
+    return ToolMessage(call_id=call.id, name=tool.name, content=content)
+
+
+def _bounded_result(content: str, limits: AgentLimits, tool_name: str) -> str:
+    """A tool result within ``max_tool_result_bytes``: cut, or ``PayloadTooLargeError``."""
+    limit = limits.max_tool_result_bytes
+    size = text_size(content, limit)
+    if size <= limit:
+        return content
+    size = len(content.encode())
+    if limits.oversized_output == "fail":
+        raise PayloadTooLargeError(f"the result of tool {shorten(tool_name)}", size, limit)
+    return truncated(content, limit, size, limit)
 
 
 def _context(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> AgentToolContext:

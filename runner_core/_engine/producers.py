@@ -17,13 +17,18 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
-from runner_core._engine import aio, tracing
+from runner_core._engine import aio, intake, tracing
 from runner_core.agent import Agent
 from runner_core.conversation import attach_window
-from runner_core.errors import ConcurrentModificationError, ConfigurationError, TurnLeasedError
+from runner_core.errors import (
+    ConcurrentModificationError,
+    ConfigurationError,
+    TurnLeasedError,
+    shorten,
+)
 from runner_core.events import AgentEventType, make_event
 from runner_core.messages import Message, SystemMessage, UserMessage
-from runner_core.policy import AgentTurnOptions, as_user_message, validate_metadata
+from runner_core.policy import AgentTurnOptions
 from runner_core.resume import AgentResumeCommand, ResumeKind, apply_resume
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
@@ -133,6 +138,7 @@ class AsyncProducers:
         or of a turn in a conversation is applied in a worker thread instead.
         """
         runner = self._runner()
+        intake.resume(runner.policy.limits, turn_id, command)
         store = self._async_store()
         if store is None:
             return await off_loop(runner.submit_resume, turn_id, command)
@@ -159,6 +165,7 @@ class AsyncProducers:
         ``cancel`` runs it on.
         """
         runner = self._runner()
+        intake.cancel(runner.policy.limits, turn_id, reason)
         store = self._async_store()
         if store is None:
             return await off_loop(runner.cancel, turn_id, reason)
@@ -179,6 +186,7 @@ class AsyncProducers:
     async def arestore(self, turn_id: str) -> AgentTurn:
         """``restore`` on the caller's loop (a turn in a conversation: in a worker thread)."""
         runner = self._runner()
+        intake.turn_id_of(turn_id)
         store = self._async_store()
         if store is None:
             return await off_loop(runner.restore, turn_id)
@@ -200,16 +208,15 @@ class AsyncProducers:
     ) -> AgentTurn:
         """A new turn, checked and not stored yet (``start`` and ``astart`` commit it)."""
         runner = self._runner()
-        if history is not None and conversation_id is not None:
-            raise ValueError("pass history= or conversation_id=, not both")
+        checked = intake.new_turn(
+            runner.policy.limits, input, history, conversation_id, options, turn_id
+        )
         if conversation_id is not None and runner.chat_memory_provider is None:
             raise ConfigurationError(
-                f"conversation {conversation_id!r}: no chat_memory_provider is configured"
+                f"conversation {shorten(conversation_id)}: no chat_memory_provider is configured"
             )
-        options = options or AgentTurnOptions()
-        metadata = validate_metadata(options.metadata)
+        options, metadata, user = checked.options, checked.metadata, checked.user
         agent = runner._agent(agent_ref)
-        user = as_user_message(input)
         if conversation_id is not None:
             memory = runner._memory(conversation_id)
             recent = memory.get_model_messages(agent.max_attached_messages)

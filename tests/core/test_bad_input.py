@@ -18,6 +18,8 @@ from runner_core import (
     ConfigurationError,
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     RetryPolicy,
     TurnNotFoundError,
     UserMessage,
@@ -51,7 +53,7 @@ def test_runner_refuses_non_json_metadata_and_writes_nothing(
     options = AgentTurnOptions.model_construct(metadata={"user": {"since": datetime.date.today()}})
     script = Script()
 
-    with pytest.raises(ValueError, match="metadata key 'user.since'"):
+    with pytest.raises(InvalidArgumentError, match="metadata key 'user.since'"):
         runner.run(agent(script), "hi", options=options)
 
     assert stored_ids(store) == []
@@ -130,7 +132,7 @@ def test_unknown_turn_is_refused(
 def test_history_and_conversation_exclude_each_other(
     runner: AgentRunner, store: InMemoryAgentTurnStore
 ) -> None:
-    with pytest.raises(ValueError, match="history= or conversation_id=, not both"):
+    with pytest.raises(InvalidArgumentError, match="history= or conversation_id=, not both"):
         runner.run(agent(Script()), "hi", history=[UserMessage("x")], conversation_id="c")
 
     assert stored_ids(store) == []
@@ -148,9 +150,9 @@ def test_conversation_without_memory_provider_is_refused(
 def test_wrong_input_and_agent_types_are_refused(
     runner: AgentRunner, store: InMemoryAgentTurnStore
 ) -> None:
-    with pytest.raises(TypeError, match="input must be str or UserMessage"):
+    with pytest.raises(InvalidArgumentTypeError, match="input must be str or UserMessage"):
         runner.run(agent(Script()), 42)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="agent must be an Agent or an agent id"):
+    with pytest.raises(InvalidArgumentTypeError, match="agent must be an Agent or an agent id"):
         runner.run(42, "hi")  # type: ignore[arg-type]
 
     assert stored_ids(store) == []
@@ -161,9 +163,9 @@ def test_bad_agent_and_policy_definitions_are_refused() -> None:
         Agent("", Script().model)
     with pytest.raises(ValueError, match="max_iterations"):
         Agent("a", Script().model, max_iterations=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="max_retries"):
         RetryPolicy(max_retries=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="lease_seconds"):
         AgentExecutionPolicy(lease_seconds=0)
 
 

@@ -1,0 +1,471 @@
+"""The census of bad input: each public entry point, a bad argument, the error it gets.
+
+Each ``Case`` acts on a ``Scene``: a runner over some store, with one turn waiting for an
+approval. After a refused case, nothing changed: no new turn, the waiting turn at the
+same version and status. ``case.id`` reads as a row of the table in docs/limits.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from runner_core import (
+    AgentBudget,
+    AgentExecutionPolicy,
+    AgentResumeCommand,
+    AgentRunner,
+    AgentTurnOptions,
+    AgentTurnStatus,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    PayloadTooLargeError,
+    RetryPolicy,
+    SnapshotCorruptedError,
+    TurnNotFoundError,
+    UserMessage,
+    load_snapshot,
+)
+from runner_core.policy import AgentLimits
+from tests.support.agents import approval_agent
+
+#: The id a refused start would have created.
+NEW_ID = "census-new"
+#: Small limits, so an oversized value is cheap to build.
+LIMITS = AgentLimits(
+    max_input_bytes=1000,
+    max_metadata_bytes=200,
+    max_resume_data_bytes=500,
+    max_tool_result_bytes=300,
+    max_model_answer_bytes=300,
+)
+#: The runner's policy in the census.
+POLICY = AgentExecutionPolicy(limits=LIMITS)
+MIB = 1 << 20
+
+
+@dataclass
+class Scene:
+    """A runner with small limits and one turn waiting for the approval of call ``c1``."""
+
+    runner: AgentRunner
+    waiting_id: str
+    version: int
+
+    @classmethod
+    def on(cls, runner: AgentRunner) -> Scene:
+        """Set the scene up on ``runner`` (built with ``POLICY``)."""
+        assert runner.policy.limits == LIMITS
+        turn = runner.run(approval_agent(), "pay 5")
+        assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+        return cls(runner, turn.id, turn.state.version)
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        """``runner.start`` of the approval agent, with the census's turn id."""
+        return self.runner.start(*args or (approval_agent(), "pay 5"), turn_id=NEW_ID, **kwargs)
+
+    def astart(self, *args: Any, **kwargs: Any) -> Any:
+        """``runner.astart``, likewise."""
+        return _sync(self.runner.astart(*args, turn_id=NEW_ID, **kwargs))
+
+    def resume(self, command: Any) -> Any:
+        """``runner.submit_resume`` of the waiting turn."""
+        return self.runner.submit_resume(self.waiting_id, command)
+
+    def assert_nothing_changed(self) -> None:
+        """No new turn; the waiting turn as it was."""
+        store = self.runner.store
+        try:
+            store.load(NEW_ID)
+        except TurnNotFoundError:
+            pass
+        else:
+            raise AssertionError(f"a refused start stored turn {NEW_ID!r}")
+        waiting = store.load(self.waiting_id)
+        assert waiting.version == self.version
+        assert waiting.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+
+
+def _sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coro)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row: ``"entry point: what was wrong"``, the error, the field it names."""
+
+    row: str
+    error: type[BaseException]
+    field: str | None
+    act: Callable[[Scene], object]
+
+    @property
+    def id(self) -> str:
+        """The row as the test id: ``entry: bad -> Error(field)``."""
+        named = f"({self.field})" if self.field else ""
+        return f"{self.row} -> {self.error.__name__}{named}"
+
+
+def _options(**metadata: Any) -> AgentTurnOptions:
+    """Options built without validation, so the runner's own check is what refuses them."""
+    return AgentTurnOptions.model_construct(metadata=metadata)
+
+
+def _new(what: Callable[[], object]) -> Callable[[Scene], object]:
+    return lambda scene: what()
+
+
+A = InvalidArgumentError
+TYPE = InvalidArgumentTypeError
+CMD = AgentResumeCommand
+
+RUNNER: list[Case] = [
+    Case(
+        "runner.start: metadata holds a set",
+        A,
+        "metadata",
+        lambda s: s.start(options=_options(tags={1, 2})),
+    ),
+    Case(
+        "runner.start: metadata holds an object",
+        A,
+        "metadata",
+        lambda s: s.start(options=_options(who=object())),
+    ),
+    Case(
+        "runner.start: metadata holds NaN",
+        A,
+        "metadata",
+        lambda s: s.start(options=_options(score=float("nan"))),
+    ),
+    Case(
+        "runner.start: metadata has a non-string key",
+        A,
+        "metadata",
+        lambda s: s.start(options=_options(order={3: "x"})),
+    ),
+    Case(
+        "runner.start: metadata holds a date",
+        A,
+        "metadata",
+        lambda s: s.start(options=_options(when=datetime.date(2024, 1, 1))),
+    ),
+    Case(
+        "runner.start: metadata over its limit",
+        PayloadTooLargeError,
+        "metadata",
+        lambda s: s.start(options=_options(blob="x" * 201)),
+    ),
+    Case(
+        "runner.start: history= with conversation_id=",
+        A,
+        "history",
+        lambda s: s.start(history=[UserMessage("x")], conversation_id="c"),
+    ),
+    Case("runner.start: history is a string", TYPE, "history", lambda s: s.start(history="hello")),
+    Case(
+        "runner.start: history holds a dict",
+        TYPE,
+        "history",
+        lambda s: s.start(history=[{"role": "user"}]),
+    ),
+    Case("runner.start: input is an int", TYPE, "input", lambda s: s.start(approval_agent(), 42)),
+    Case(
+        "runner.start: input over its limit",
+        PayloadTooLargeError,
+        "input",
+        lambda s: s.start(approval_agent(), "x" * 1001),
+    ),
+    Case(
+        "runner.start: input of 16 MiB",
+        PayloadTooLargeError,
+        "input",
+        lambda s: s.start(approval_agent(), "x" * 16 * MIB),
+    ),
+    Case(
+        "runner.start: multimodal input over its limit",
+        PayloadTooLargeError,
+        "input",
+        lambda s: s.start(approval_agent(), UserMessage([{"type": "text", "text": "y" * 1001}])),
+    ),
+    Case("runner.start: agent is an int", TYPE, "agent", lambda s: s.start(42, "pay 5")),
+    Case(
+        "runner.start: options is a dict",
+        TYPE,
+        "options",
+        lambda s: s.start(options={"metadata": {}}),
+    ),
+    Case(
+        "runner.start: conversation_id is an int",
+        TYPE,
+        "conversation_id",
+        lambda s: s.start(conversation_id=7),
+    ),
+    Case(
+        "runner.start: turn_id is an int",
+        TYPE,
+        "turn_id",
+        lambda s: s.runner.start(approval_agent(), "pay 5", turn_id=7),
+    ),
+    Case(
+        "runner.run: metadata holds a set",
+        A,
+        "metadata",
+        lambda s: s.runner.run(approval_agent(), "x", options=_options(tags={1})),
+    ),
+    Case(
+        "runner.astart: metadata holds NaN",
+        A,
+        "metadata",
+        lambda s: s.astart(approval_agent(), "x", options=_options(score=float("inf"))),
+    ),
+    Case(
+        "runner.astart: input of 16 MiB",
+        PayloadTooLargeError,
+        "input",
+        lambda s: s.astart(approval_agent(), "x" * 16 * MIB),
+    ),
+    Case(
+        "runner.astart: input is bytes",
+        TYPE,
+        "input",
+        lambda s: s.astart(approval_agent(), b"pay 5"),
+    ),
+    Case(
+        "runner.submit_resume: data over its limit",
+        PayloadTooLargeError,
+        "data",
+        lambda s: s.resume(CMD.user_input("x" * 501)),
+    ),
+    Case(
+        "runner.submit_resume: metadata over its limit",
+        PayloadTooLargeError,
+        "metadata",
+        lambda s: s.resume(CMD.approve_tool("c1").with_metadata(note="n" * 201)),
+    ),
+    Case(
+        "runner.submit_resume: reject reason over its limit",
+        PayloadTooLargeError,
+        "reason",
+        lambda s: s.resume(CMD.reject_tool("c1", "r" * 201)),
+    ),
+    Case(
+        "runner.submit_resume: command is a string",
+        TYPE,
+        "command",
+        lambda s: s.resume("approve"),
+    ),
+    Case(
+        "runner.submit_resume: turn_id is an int",
+        TYPE,
+        "turn_id",
+        lambda s: s.runner.submit_resume(7, CMD.approve_tool("c1")),
+    ),
+    Case(
+        "runner.resume: data over its limit",
+        PayloadTooLargeError,
+        "data",
+        lambda s: s.runner.resume(s.waiting_id, CMD.user_input({"a": "x" * 501})),
+    ),
+    Case(
+        "runner.asubmit_resume: metadata over its limit",
+        PayloadTooLargeError,
+        "metadata",
+        lambda s: _sync(
+            s.runner.asubmit_resume(
+                s.waiting_id, CMD.approve_tool("c1").with_metadata(note="n" * 201)
+            )
+        ),
+    ),
+    Case(
+        "runner.cancel: reason is an int",
+        TYPE,
+        "reason",
+        lambda s: s.runner.cancel(s.waiting_id, 5),
+    ),
+    Case(
+        "runner.cancel: reason over its limit",
+        PayloadTooLargeError,
+        "reason",
+        lambda s: s.runner.cancel(s.waiting_id, "r" * 201),
+    ),
+    Case(
+        "runner.acancel: reason over its limit",
+        PayloadTooLargeError,
+        "reason",
+        lambda s: _sync(s.runner.acancel(s.waiting_id, "r" * 201)),
+    ),
+    Case("runner.restore: turn_id is None", TYPE, "turn_id", lambda s: s.runner.restore(None)),
+    Case(
+        "runner.restore: a 1 MiB unknown id",
+        TurnNotFoundError,
+        None,
+        lambda s: s.runner.restore("x" * MIB),
+    ),
+]
+
+COMMANDS: list[Case] = [
+    Case(
+        "AgentResumeCommand.with_metadata: a set value",
+        A,
+        "metadata",
+        _new(lambda: CMD.approve_tool("c1").with_metadata(tags={1})),
+    ),
+    Case(
+        "AgentResumeCommand.with_metadata: an object value",
+        A,
+        "metadata",
+        _new(lambda: CMD.approve_tool("c1").with_metadata(who=object())),
+    ),
+    Case(
+        "AgentResumeCommand.with_metadata: NaN",
+        A,
+        "metadata",
+        _new(lambda: CMD.approve_tool("c1").with_metadata(score=float("nan"))),
+    ),
+    Case(
+        "AgentResumeCommand.user_input: data holds a set",
+        A,
+        "data",
+        _new(lambda: CMD.user_input({"pick": {1, 2}})),
+    ),
+    Case(
+        "AgentResumeCommand.approve_tool: call id is an int",
+        TYPE,
+        "call_id",
+        _new(lambda: CMD.approve_tool(5)),
+    ),
+    Case(
+        "AgentResumeCommand.approve_tools: call ids is a string",
+        A,
+        "call_ids",
+        _new(lambda: CMD.approve_tools("c1")),
+    ),
+    Case(
+        "AgentResumeCommand.reject_tool: reason is None",
+        TYPE,
+        "reason",
+        _new(lambda: CMD.reject_tool("c1", None)),
+    ),
+    Case(
+        "AgentResumeCommand: reasons map to numbers",
+        TYPE,
+        "reasons",
+        _new(lambda: CMD(CMD.reject_tool("c1").kind, reasons={"c1": 5})),
+    ),
+]
+
+OPTIONS: list[Case] = [
+    Case(
+        "AgentTurnOptions: metadata holds a set",
+        A,
+        "metadata",
+        _new(lambda: AgentTurnOptions(metadata={"tags": {1}})),
+    ),
+    Case(
+        "AgentTurnOptions: metadata is a list",
+        TYPE,
+        "metadata",
+        _new(lambda: AgentTurnOptions(metadata=[1])),
+    ),
+    Case(
+        "AgentTurnOptions: streaming is a list",
+        TYPE,
+        "streaming",
+        _new(lambda: AgentTurnOptions(streaming=[1])),
+    ),
+    Case(
+        "AgentTurnOptions: an unknown keyword",
+        TYPE,
+        "colour",
+        _new(lambda: AgentTurnOptions(colour="red")),
+    ),
+    Case(
+        "AgentExecutionPolicy: max_tool_concurrency=-1",
+        A,
+        "max_tool_concurrency",
+        _new(lambda: AgentExecutionPolicy(max_tool_concurrency=-1)),
+    ),
+    Case(
+        "AgentExecutionPolicy: tool_timeout_seconds=-1",
+        A,
+        "tool_timeout_seconds",
+        _new(lambda: AgentExecutionPolicy(tool_timeout_seconds=-1)),
+    ),
+    Case(
+        "AgentExecutionPolicy: lease_seconds=0",
+        A,
+        "lease_seconds",
+        _new(lambda: AgentExecutionPolicy(lease_seconds=0)),
+    ),
+    Case(
+        "AgentExecutionPolicy: tool_timeout_behavior='later'",
+        A,
+        "tool_timeout_behavior",
+        _new(lambda: AgentExecutionPolicy(tool_timeout_behavior="later")),
+    ),
+    Case(
+        "AgentExecutionPolicy: budget is a string",
+        TYPE,
+        "budget",
+        _new(lambda: AgentExecutionPolicy(budget="lots")),
+    ),
+    Case(
+        "AgentBudget: max_tool_calls='x'",
+        A,
+        "max_tool_calls",
+        _new(lambda: AgentBudget(max_tool_calls="x")),
+    ),
+    Case(
+        "RetryPolicy: max_retries=-1", A, "max_retries", _new(lambda: RetryPolicy(max_retries=-1))
+    ),
+    Case("RetryPolicy: multiplier=0.5", A, "multiplier", _new(lambda: RetryPolicy(multiplier=0.5))),
+    Case(
+        "AgentLimits: max_input_bytes=0",
+        A,
+        "max_input_bytes",
+        _new(lambda: AgentLimits(max_input_bytes=0)),
+    ),
+    Case(
+        "AgentLimits: oversized_output='drop'",
+        A,
+        "oversized_output",
+        _new(lambda: AgentLimits(oversized_output="drop")),
+    ),
+]
+
+NESTED: list[Case] = [
+    Case(
+        "AgentExecutionPolicy: budget={'max_tool_calls': 'x'}",
+        A,
+        "budget.max_tool_calls",
+        _new(lambda: AgentExecutionPolicy(budget={"max_tool_calls": "x"})),
+    ),
+    Case(
+        "AgentTurnOptions: policy={'limits': {'max_input_bytes': 0}}",
+        A,
+        "policy.limits.max_input_bytes",
+        _new(lambda: AgentTurnOptions(policy={"limits": {"max_input_bytes": 0}})),
+    ),
+]
+
+RECORDS: list[Case] = [
+    Case(
+        "load_snapshot: not JSON",
+        SnapshotCorruptedError,
+        None,
+        _new(lambda: load_snapshot("{not json", "t-1")),
+    ),
+    Case(
+        "load_snapshot: an unknown schema version",
+        SnapshotCorruptedError,
+        None,
+        _new(lambda: load_snapshot({"schema_version": 999}, "t-1")),
+    ),
+]
+
+#: Every case of the census that needs no server.
+ALL = [*RUNNER, *COMMANDS, *OPTIONS, *NESTED, *RECORDS]
