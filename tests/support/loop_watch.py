@@ -125,3 +125,17 @@ async def producer_workout(runner: AgentRunner) -> Workout:
     out.statuses = {name: turn.status for name, turn in turns.items()}
     out.ids = {name: turn.id for name, turn in turns.items()}
     return out
+
+
+def calmest_workout(runner: AgentRunner, tries: int = 3) -> Workout:
+    """``producer_workout`` on a fresh loop, again (up to ``tries``) while it stalled.
+
+    A shared machine may leave the whole process unscheduled for longer than the bound; a
+    call that blocks the loop stalls every run, so it still shows in the calmest one.
+    """
+    runs: list[Workout] = []
+    for _ in range(tries):
+        runs.append(asyncio.run(producer_workout(runner)))
+        if runs[-1].max_gap < MAX_STALL_SECONDS:
+            break
+    return min(runs, key=lambda w: w.max_gap)
