@@ -24,7 +24,7 @@ local function clock()
 end
 
 local FIELDS = {'sv', 'v', 'st', 'cx', 'cr', 'lo', 'lid', 'lu', 'nra', 'rid', 'n', 'last',
-                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel', 'q'}
+                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel', 'q', 'qr'}
 
 -- The control fields of a stored turn; nil and an error reply if absent or unreadable.
 local function read(key, id)
@@ -40,6 +40,14 @@ local function read(key, id)
   end
   if not KNOWN[f.st] then return nil, {'CORRUPT', id, 'unknown status ' .. f.st} end
   return f
+end
+
+-- read() for a script that would change the turn or put it in an index: a quarantined
+-- turn (quarantine.lua wrote its reason, qr, with the tag's quarantine set) is refused.
+local function writable(key, id)
+  local f, err = read(key, id)
+  if f and f.qr ~= '' then return nil, {'CORRUPT', id, 'quarantined: ' .. f.qr} end
+  return f, err
 end
 
 -- Since when a turn is runnable (its score in the runnable index), or nil if it is not.
@@ -94,7 +102,7 @@ end
 
 -- Checks for an update; returns the stored fields (and true for a replayed commit).
 local function check_update(hkey, b, rid)
-  local f, err = read(hkey, b.id)
+  local f, err = writable(hkey, b.id)
   if not f then return nil, err end
   local expected = tonumber(b.exp)
   if f.version ~= expected then
@@ -262,7 +270,8 @@ local function fan_in(T, phkey, parent_id, child_id, result, now)
     return '0'
   end
   redis.call('HDEL', T.waits, parent_id)
-  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu', 'q')
+  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu', 'q', 'qr')
+  if p[6] then return '0' end  -- quarantined: nothing wakes it
   place(T.runnable, parent_id, p[1] or '', p[2] or '', p[3] or '', p[4] or '', now, '0', p[5])
   return '1'
 end
@@ -270,9 +279,10 @@ end
 -- A wake-up for the turn is (or is about to be) queued: mark it until `till` (the sweeper
 -- re-sends it only after that), or clear the mark (till = ''). Only a turn a wake-up can
 -- serve is marked: READY, RUNNING, cancel requested, a due retry or a woken parent; never
--- one leased.
+-- one leased. A quarantined turn is left alone (clearing its mark must not index it again).
 local function mark_queued(runnable, hkey, id, till, now)
-  local f = redis.call('HMGET', hkey, 'st', 'cx', 'nra', 'lu', 'open')
+  local f = redis.call('HMGET', hkey, 'st', 'cx', 'nra', 'lu', 'open', 'qr')
+  if f[6] then return end
   local st, cx, nra, open, lu = f[1] or '', f[2] or '', f[3] or '', f[5] or '', f[4] or ''
   if till == '' then
     redis.call('HDEL', hkey, 'q')
