@@ -100,8 +100,42 @@ local function block(i)
   return b
 end
 
--- Checks for an update; returns the stored fields (and true for a replayed commit).
-local function check_update(hkey, b, rid)
+-- Why the stored message list is not the one the header describes, or nil. A writer
+-- whose messages come from its process's cache never read the stored list, so the list
+-- is checked where it is cheap: its length against the count, and its last document
+-- against the last id (every document opens with its id: messages declare it first).
+-- full: every document must open with an id and close its object, once per turn, when a
+-- commit ends it (nothing reads a terminal record back whole). The documents are not
+-- parsed: an edit that keeps a document well-formed is not seen.
+local OPEN = '{"id":"'
+local function spoiled(mkey, f, full)
+  local n = tonumber(f.n)
+  local len = redis.pcall('LLEN', mkey)
+  if type(len) ~= 'number' then return 'the message list is not a list' end
+  if len ~= n then return 'the message list holds ' .. len .. ', the header says ' .. n end
+  if n == 0 then return nil end
+  local last = redis.call('LINDEX', mkey, -1)
+  local head = OPEN
+  if string.find(f.last, '^[%w%-_.:]*$') then head = OPEN .. f.last .. '"' end
+  if string.sub(last, 1, #head) ~= head then
+    return 'the last stored message is not ' .. f.last
+  end
+  if not full then return nil end
+  for i = 0, n - 1, 1000 do
+    local docs = redis.call('LRANGE', mkey, i, math.min(i + 999, n - 1))
+    for j, doc in ipairs(docs) do
+      if string.sub(doc, 1, #OPEN) ~= OPEN or string.sub(doc, -1) ~= '}' then
+        return 'stored message ' .. (i + j - 1) .. ' is not a message document'
+      end
+    end
+  end
+  return nil
+end
+
+-- Checks for an update; returns the stored fields (and true for a replayed commit). The
+-- stored messages are checked too (every one of them when the update ends the turn: a
+-- terminal record is never read back whole by a worker again).
+local function check_update(hkey, mkey, b, rid)
   local f, err = writable(hkey, b.id)
   if not f then return nil, err end
   local expected = tonumber(b.exp)
@@ -111,6 +145,8 @@ local function check_update(hkey, b, rid)
   end
   if tonumber(f.n) ~= tonumber(b.bn) then return nil, {'MISMATCH', b.id, f.n, f.last} end
   if f.last ~= b.blast then return nil, {'REWRITTEN', b.id, f.n, f.last} end
+  local why = spoiled(mkey, f, TERMINAL[b.st])
+  if why then return nil, {'CORRUPT', b.id, why} end
   return f
 end
 

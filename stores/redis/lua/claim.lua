@@ -48,6 +48,10 @@ if string.sub(body, 1, 1) ~= '{' or not (string.find(body, mark .. ',', 1, true)
     or string.find(body, mark .. '}', 1, true)) then
   return {'CORRUPT', id, 'body is not a snapshot of schema ' .. SCHEMA}
 end
+-- the caller may hold the messages in its cache and not read them: the list must still
+-- be the one the header describes (its length and last document)
+local why = spoiled(KEYS[2], f, false)
+if why then return {'CORRUPT', id, why} end
 
 redis.call('HSET', KEYS[1], 'lo', worker, 'lid', lease_id, 'lu', ARGV[5], 'v', f.version + 1)
 redis.call('HDEL', KEYS[1], 'q')  -- the wake-up that was queued has been served
