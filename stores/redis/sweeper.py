@@ -140,6 +140,7 @@ class Sweeper:
             k.live(tag),
             k.leases(tag),
             k.quarantine(tag),
+            k.waits(tag),
         ]
         reply = self.scripts.run("quarantine", keys, [turn_id, reason])
         moved = code_of(reply) == "OK"

@@ -12,14 +12,19 @@ from runner_core import (
     Agent,
     AgentExecutionPolicy,
     AgentRunner,
+    AgentTurnStatus,
     AgentTurnStore,
     AiMessage,
     FunctionModel,
     InMemoryAgentLoader,
+    InMemoryAgentTurnStore,
     SnapshotCorruptedError,
 )
 from runner_core.store import Commit
 from stores import RedisAgentTurnStore
+from stores.redis.counts import turn_counts
+from tests.support.commits import save, save_tree
+from tests.support.stores import child_of, snap, waiting_for
 
 
 def runner_on(store: RedisAgentTurnStore, sent: list[str]) -> AgentRunner:
@@ -147,3 +152,32 @@ def test_a_duplicate_wake_up_after_the_lease_ran_out_claims_nothing(
     for _ in range(5):
         sweep_once(runner, lost_after=0.0)
     assert sent.count(bad.id) == 0
+
+
+def counts_of(store: AgentTurnStore) -> dict[str, int]:
+    if isinstance(store, RedisAgentTurnStore):
+        return turn_counts(store)
+    assert isinstance(store, InMemoryAgentTurnStore)
+    return store.turn_counts()
+
+
+def test_a_quarantined_parent_leaves_every_index_and_its_children_wake_nothing(
+    store: AgentTurnStore,
+) -> None:
+    parent = snap()
+    save(store, parent, -1)
+    kid = child_of(parent)
+    waiting_for(parent, kid)
+    save_tree(store, parent, 0, [kid])
+    assert counts_of(store)["waiting_for_children"] == 1
+
+    store.quarantine(parent.id, "spoiled")  # type: ignore[attr-defined]
+    counts = counts_of(store)
+    assert (counts["waiting_for_children"], counts["quarantined"], counts["live"]) == (0, 1, 1)
+    kid.status = AgentTurnStatus.COMPLETED
+    kid.final_output = "done"
+    woken = save(store, kid, 0).parent_woken
+
+    assert counts_of(store)["live"] == 0
+    assert store.wakeups(store.now() + 1000, 0.0).lost == []
+    assert not woken or store.claim_runnable("w", store.now() + 1000, 1000, 10) == []

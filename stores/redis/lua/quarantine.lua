@@ -1,5 +1,5 @@
--- quarantine.lua: move a turn that cannot be read aside: out of the runnable, live and
--- lease indexes, its queued mark and lease dropped, into the tag's quarantine with the
+-- quarantine.lua: move a turn that cannot be read aside: out of the runnable, live, lease
+-- and waits indexes, its queued mark and lease dropped, into the tag's quarantine with the
 -- reason (qr in the header: every script that would change or index the turn refuses it
 -- from now on). Works on a header whose control fields are unreadable too. Running it
 -- again cleans the indexes again and keeps the first reason. Plain (no _lib.lua).
@@ -9,6 +9,7 @@
 -- KEYS[3]  ns:{T}:live          non-terminal turns of the tag
 -- KEYS[4]  ns:{T}:leases        lease expiries of the tag
 -- KEYS[5]  ns:{T}:quarantine    quarantined turns of the tag (id -> when)
+-- KEYS[6]  ns:{T}:waits         parents waiting for children (its children report to nobody)
 --
 -- ARGV[1]  turn id
 -- ARGV[2]  the reason (text)
@@ -18,6 +19,7 @@ local again = redis.call('ZSCORE', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
 local hash = redis.call('TYPE', KEYS[1])['ok'] == 'hash'
 if hash then redis.call('HDEL', KEYS[1], 'q', 'lo', 'lid', 'lu') end
 if again then return {'NO'} end
