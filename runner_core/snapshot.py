@@ -6,7 +6,15 @@ import json
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from runner_core.errors import SnapshotCorruptedError
 from runner_core.messages import Message, ToolCall
@@ -150,6 +158,20 @@ class AgentTurnSnapshot(BaseModel):
     #: Store-owned: the sequence number of the turn's last committed event.
     event_sequence: int = 0
 
+    @field_serializer("policy")
+    def _policy_as_set(
+        self, policy: AgentExecutionPolicy | None, info: SerializationInfo
+    ) -> dict[str, Any] | None:
+        """Only the fields the caller set, so a reader's ``model_fields_set`` is theirs."""
+        if policy is None:
+            return None
+        return policy.model_dump(mode=info.mode, exclude_unset=True)
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_read(cls, value: Any) -> Any:
+        return stored_policy(value)
+
     def all_children_reported(self) -> bool:
         """A WAITING_FOR_CHILD turn whose awaited children have all ended."""
         if self.status is not AgentTurnStatus.WAITING_FOR_CHILD or self.suspension is None:
@@ -177,6 +199,24 @@ class AgentTurnSnapshot(BaseModel):
                 **fields,
             }
         )
+
+
+def stored_policy(value: Any) -> Any:
+    """A stored per-turn policy as its caller set it.
+
+    Snapshots store only the fields the caller set. Earlier releases stored every field,
+    so a stored policy holding all of them is such a record: there a field equal to its
+    default counts as not set (a 30 s ``lease_seconds`` no longer outbids the worker's
+    lease), the rest as set. The values read are the same either way.
+    """
+    if not isinstance(value, dict) or set(value) != set(AgentExecutionPolicy.model_fields):
+        return value
+    defaults = AgentExecutionPolicy().model_dump(mode="json")
+    return {k: v for k, v in value.items() if _plain(v) != defaults[k]}
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
 
 
 def awaited_children(snapshot: AgentTurnSnapshot) -> list[str]:

@@ -86,6 +86,7 @@ class InMemoryAgentTurnStore:
                     self._check_create(child)
                 return self._apply(commit, None)
             record = self._get(s.id)
+            self._wakeups.check_writable(s.id)
             if record.last is not None and record.last[0] == commit.request_id:
                 if record.header.version == commit.expected_version + 1:
                     return record.last[1]  # a replay after a lost reply
@@ -142,7 +143,7 @@ class InMemoryAgentTurnStore:
                 for h in headers
                 if h.status is AgentTurnStatus.WAITING_FOR_CHILD and not h.all_children_reported()
             ),
-            "quarantined": 0,
+            "quarantined": len(self._wakeups.quarantine),
         }
 
     def find_active_turn(self, conversation_id: str) -> tuple[str, AgentTurnStatus] | None:
@@ -159,6 +160,7 @@ class InMemoryAgentTurnStore:
     ) -> CancelResult:
         """Set the monotonic cancel flag and its reason (no version change)."""
         with self._lock:
+            self._wakeups.check_writable(turn_id)
             h = self._get(turn_id).header
             if h.status.is_terminal or h.cancel_requested:
                 return CancelResult(False)
@@ -171,6 +173,7 @@ class InMemoryAgentTurnStore:
         """Lease the turn if claimable: new lease id, version bumped."""
         with self._lock:
             record = self._get(turn_id)
+            self._wakeups.check_writable(turn_id)
             if not is_claimable(record.header, now, self._parent_lease(record.header)):
                 return None
             h = record.header
@@ -301,6 +304,19 @@ class InMemoryAgentTurnStore:
         """Direct children, oldest first."""
         with self._lock:
             return list(self._children.get(parent_turn_id, ()))
+
+    def quarantine(self, turn_id: str, reason: str) -> bool:
+        """Set a turn aside for good (nothing claims, wakes or writes it); False if it was."""
+        with self._lock:
+            self._get(turn_id).header.lease = None
+            self._live.pop(turn_id, None)
+            return self._wakeups.set_aside(turn_id, reason)
+
+    def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
+        """(turn id, reason, when) of quarantined turns, newest first."""
+        with self._lock:
+            found = [(t, reason, when) for t, (reason, when) in self._wakeups.quarantine.items()]
+        return sorted(found, key=lambda f: -f[2])[:limit]
 
     def find_terminal_children_with_waiting_parent(self, limit: int) -> list[tuple[str, str]]:
         """Ended children whose result has not reached the parent that waits on them."""

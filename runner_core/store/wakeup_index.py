@@ -1,13 +1,15 @@
 """The in-memory store's wake-up index: since when live turns need attention, queued marks.
 
-The in-memory counterpart of the Redis store's runnable index and queued marks. The store
-owns one, calls it under its own lock and hands it the headers it needs.
+The in-memory counterpart of the Redis store's runnable index, queued marks and quarantine
+(turns that never need attention again). The store owns one, calls it under its own lock
+and hands it the headers it needs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from runner_core.errors import SnapshotCorruptedError
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnStatus
 
@@ -19,6 +21,8 @@ class WakeupIndex:
         self._clock = clock
         self._since: dict[str, float] = {}  # since when a turn is runnable (if it is)
         self._queued: dict[str, float] = {}  # until when a queued wake-up is trusted
+        #: Quarantined turns: id -> (reason, when); never scored, marked or woken.
+        self.quarantine: dict[str, tuple[str, float]] = {}
 
     def written(self, h: AgentTurnSnapshot) -> None:
         """A write of the turn: runnable from now while it lives, forgotten once it ended."""
@@ -40,11 +44,28 @@ class WakeupIndex:
         """Trust a sent wake-up until ``until`` for each turn one can serve now."""
         now = self._clock()
         for h in headers:
+            if h.id in self.quarantine:
+                continue
             due = h.status is AgentTurnStatus.RETRY_SCHEDULED and (h.next_runnable_at or 0) <= now
             wakeable = due or served_by_wake_up(h)
             leased = h.lease is not None and h.lease.until > now
             if wakeable and not leased and not h.status.is_terminal:
                 self._queued[h.id] = until
+
+    def set_aside(self, turn_id: str, reason: str) -> bool:
+        """Quarantine the turn: no score, no mark from now on; False if it already was."""
+        self._since.pop(turn_id, None)
+        self._queued.pop(turn_id, None)
+        if turn_id in self.quarantine:
+            return False
+        self.quarantine[turn_id] = (reason, self._clock())
+        return True
+
+    def check_writable(self, turn_id: str) -> None:
+        """``SnapshotCorruptedError`` if the turn is quarantined (the Redis scripts refuse it)."""
+        quarantined = self.quarantine.get(turn_id)
+        if quarantined is not None:
+            raise SnapshotCorruptedError(turn_id, f"quarantined: {quarantined[0]}")
 
     def unmark(self, turn_id: str) -> None:
         """The wake-up for this turn was not sent after all."""

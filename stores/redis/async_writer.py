@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from redis import Redis
 from redis.exceptions import NoScriptError
 
-from runner_core.errors import HistoryRewrittenError, TurnNotFoundError
+from runner_core.errors import HistoryRewrittenError, SnapshotCorruptedError, TurnNotFoundError
 from runner_core.events import AgentEvent
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.store import CancelResult, Commit, SaveResult
@@ -124,13 +124,21 @@ class AsyncWriter:
             tag = writer.new_tag(s) if creating else await self.tag_of(s.id)
             known, stored = writer.known(c)
             for _ in range(2):
-                result = saved(await self._call(tag, c, stored), s.conversation_id)
+                try:
+                    result = saved(await self._call(tag, c, stored), s.conversation_id)
+                except SnapshotCorruptedError as exc:
+                    await asyncio.to_thread(self._set_aside, c, exc)
+                    raise
                 if isinstance(result, SaveResult):
                     writer.remember(tag, c, known, stored)
                     return result
                 check_prefix(s, result)
                 stored = result.stored
         raise HistoryRewrittenError(s.id, "the stored message count kept changing")
+
+    def _set_aside(self, c: Commit, exc: SnapshotCorruptedError) -> None:
+        with self.store.guard:
+            self.store.sweeper.corrupt_commit(c, exc)
 
     async def _call(self, tag: str, c: Commit, stored: int) -> object:
         writer = self.store.writer

@@ -38,7 +38,9 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 ``ns:{T}:waits``                   hash     parent id -> JSON list of the children it waits on
                                             that have not reported yet
 ``ns:{T}:quarantine``              zset     id -> when: turns whose record could not be read,
-                                            moved out of every index (``qr`` in the header: why)
+                                            moved out of every index (``qr`` in the header: why;
+                                            every script that would change or index a turn
+                                            refuses one that has it)
 ``ns:{T}:leases``                  hash     id -> lease expiry of every leased turn (the claim
                                             rule reads a parent's lease from here)
 ``ns:{T}:ev:R``                     stream   the committed (and provisional) events of the tree

@@ -142,7 +142,11 @@ class RedisAgentTurnStore(AsyncTurnMethods):
     def commit(self, commit: Commit) -> SaveResult:
         """The one write of a turn (``commit.lua``): one round trip; see ``Commit``."""
         with self.guard:
-            return self.writer.commit(commit)
+            try:
+                return self.writer.commit(commit)
+            except SnapshotCorruptedError as exc:
+                self.sweeper.corrupt_commit(commit, exc)
+                raise
 
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""
@@ -455,7 +459,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
                 return None
             return self._snapshot(turn_id, tag, data, have)
         except SnapshotCorruptedError as exc:
-            self.sweeper.quarantine(tag, turn_id, str(exc))
+            self.sweeper.set_aside(tag, turn_id, str(exc))
             raise
 
     def _snapshot(

@@ -15,10 +15,10 @@ from typing import Any
 
 from redis import Redis
 
-from runner_core.errors import TurnNotFoundError
+from runner_core.errors import SnapshotCorruptedError, TurnNotFoundError
 from runner_core.status import AgentTurnStatus
-from runner_core.store import Wakeups
-from stores.redis.cache import TagIndex
+from runner_core.store import Commit, Wakeups
+from stores.redis.cache import Known, TagIndex
 from stores.redis.clock import ServerClock
 from stores.redis.codec import Arg, text
 from stores.redis.keys import Keyspace
@@ -140,12 +140,24 @@ class Sweeper:
             k.live(tag),
             k.leases(tag),
             k.quarantine(tag),
+            k.waits(tag),
         ]
         reply = self.scripts.run("quarantine", keys, [turn_id, reason])
         moved = code_of(reply) == "OK"
         if moved:
             log.error("turn %s quarantined (never claimed or woken again): %s", turn_id, reason)
         return moved
+
+    def set_aside(self, tag: str, turn_id: str, reason: str) -> None:
+        """Quarantine a turn found spoiled, and drop the messages this process cached."""
+        self.tags.cache.put(turn_id, Known(tag))
+        self.quarantine(tag, turn_id, reason)
+
+    def corrupt_commit(self, commit: Commit, exc: SnapshotCorruptedError) -> None:
+        """A commit found a stored record spoiled: quarantine it (never a creation's turn)."""
+        turn_id = exc.turn_id or commit.snapshot.id
+        if commit.expected_version != -1 or turn_id != commit.snapshot.id:
+            self.set_aside(self.tags.tag_of(turn_id), turn_id, str(exc))
 
     def quarantined(self, limit: int) -> list[tuple[str, str, float]]:
         """(turn id, reason, when) of quarantined turns, newest first."""

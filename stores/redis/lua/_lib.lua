@@ -24,7 +24,7 @@ local function clock()
 end
 
 local FIELDS = {'sv', 'v', 'st', 'cx', 'cr', 'lo', 'lid', 'lu', 'nra', 'rid', 'n', 'last',
-                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel', 'q'}
+                'par', 'crid', 'rrid', 'wait', 'open', 'ev', 'evf', 'cw', 'rel', 'q', 'qr'}
 
 -- The control fields of a stored turn; nil and an error reply if absent or unreadable.
 local function read(key, id)
@@ -40,6 +40,14 @@ local function read(key, id)
   end
   if not KNOWN[f.st] then return nil, {'CORRUPT', id, 'unknown status ' .. f.st} end
   return f
+end
+
+-- read() for a script that would change the turn or put it in an index: a quarantined
+-- turn (quarantine.lua wrote its reason, qr, with the tag's quarantine set) is refused.
+local function writable(key, id)
+  local f, err = read(key, id)
+  if f and f.qr ~= '' then return nil, {'CORRUPT', id, 'quarantined: ' .. f.qr} end
+  return f, err
 end
 
 -- Since when a turn is runnable (its score in the runnable index), or nil if it is not.
@@ -92,9 +100,43 @@ local function block(i)
   return b
 end
 
--- Checks for an update; returns the stored fields (and true for a replayed commit).
-local function check_update(hkey, b, rid)
-  local f, err = read(hkey, b.id)
+-- Why the stored message list is not the one the header describes, or nil. A writer
+-- whose messages come from its process's cache never read the stored list, so the list
+-- is checked where it is cheap: its length against the count, and its last document
+-- against the last id (every document opens with its id: messages declare it first).
+-- full: every document must open with an id and close its object, once per turn, when a
+-- commit ends it (nothing reads a terminal record back whole). The documents are not
+-- parsed: an edit that keeps a document well-formed is not seen.
+local OPEN = '{"id":"'
+local function spoiled(mkey, f, full)
+  local n = tonumber(f.n)
+  local len = redis.pcall('LLEN', mkey)
+  if type(len) ~= 'number' then return 'the message list is not a list' end
+  if len ~= n then return 'the message list holds ' .. len .. ', the header says ' .. n end
+  if n == 0 then return nil end
+  local last = redis.call('LINDEX', mkey, -1)
+  local head = OPEN
+  if string.find(f.last, '^[%w%-_.:]*$') then head = OPEN .. f.last .. '"' end
+  if string.sub(last, 1, #head) ~= head then
+    return 'the last stored message is not ' .. f.last
+  end
+  if not full then return nil end
+  for i = 0, n - 1, 1000 do
+    local docs = redis.call('LRANGE', mkey, i, math.min(i + 999, n - 1))
+    for j, doc in ipairs(docs) do
+      if string.sub(doc, 1, #OPEN) ~= OPEN or string.sub(doc, -1) ~= '}' then
+        return 'stored message ' .. (i + j - 1) .. ' is not a message document'
+      end
+    end
+  end
+  return nil
+end
+
+-- Checks for an update; returns the stored fields (and true for a replayed commit). The
+-- stored messages are checked too (every one of them when the update ends the turn: a
+-- terminal record is never read back whole by a worker again).
+local function check_update(hkey, mkey, b, rid)
+  local f, err = writable(hkey, b.id)
   if not f then return nil, err end
   local expected = tonumber(b.exp)
   if f.version ~= expected then
@@ -103,6 +145,8 @@ local function check_update(hkey, b, rid)
   end
   if tonumber(f.n) ~= tonumber(b.bn) then return nil, {'MISMATCH', b.id, f.n, f.last} end
   if f.last ~= b.blast then return nil, {'REWRITTEN', b.id, f.n, f.last} end
+  local why = spoiled(mkey, f, TERMINAL[b.st])
+  if why then return nil, {'CORRUPT', b.id, why} end
   return f
 end
 
@@ -262,7 +306,8 @@ local function fan_in(T, phkey, parent_id, child_id, result, now)
     return '0'
   end
   redis.call('HDEL', T.waits, parent_id)
-  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu', 'q')
+  local p = redis.call('HMGET', phkey, 'st', 'cx', 'nra', 'lu', 'q', 'qr')
+  if p[6] then return '0' end  -- quarantined: nothing wakes it
   place(T.runnable, parent_id, p[1] or '', p[2] or '', p[3] or '', p[4] or '', now, '0', p[5])
   return '1'
 end
@@ -270,9 +315,10 @@ end
 -- A wake-up for the turn is (or is about to be) queued: mark it until `till` (the sweeper
 -- re-sends it only after that), or clear the mark (till = ''). Only a turn a wake-up can
 -- serve is marked: READY, RUNNING, cancel requested, a due retry or a woken parent; never
--- one leased.
+-- one leased. A quarantined turn is left alone (clearing its mark must not index it again).
 local function mark_queued(runnable, hkey, id, till, now)
-  local f = redis.call('HMGET', hkey, 'st', 'cx', 'nra', 'lu', 'open')
+  local f = redis.call('HMGET', hkey, 'st', 'cx', 'nra', 'lu', 'open', 'qr')
+  if f[6] then return end
   local st, cx, nra, open, lu = f[1] or '', f[2] or '', f[3] or '', f[5] or '', f[4] or ''
   if till == '' then
     redis.call('HDEL', hkey, 'q')

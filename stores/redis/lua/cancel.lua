@@ -16,7 +16,7 @@
 --
 -- Returns {'OK', first event number} | {'NO'} (terminal, or the flag was already set) |
 --         {'NOT_FOUND', id} | {'CORRUPT', id, why}
-local f, err = read(KEYS[1], ARGV[1])
+local f, err = writable(KEYS[1], ARGV[1])
 if not f then return err end
 if TERMINAL[f.st] then return {'NO'} end
 if f.cx == '1' then

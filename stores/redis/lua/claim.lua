@@ -13,13 +13,13 @@
 -- ARGV[5]  lease until (now + lease length)
 -- ARGV[6]  how many messages the caller already has (they are not sent again)
 --
--- Rule: not terminal; no live lease; the parent holds no live lease; then cancellation
+-- Rule: not quarantined (a CORRUPT reply); not terminal; no live lease; the parent holds no live lease; then cancellation
 -- requested, READY, RUNNING, RETRY_SCHEDULED with next_runnable_at <= now, or
 -- WAITING_FOR_CHILD with every awaited child reported (open = 0).
 -- Returns {'OK', header fields (flat), messages after ARGV[6]} | {'NO'} |
 --         {'NOT_FOUND', id} | {'CORRUPT', id, why}
 local id, worker, lease_id = ARGV[1], ARGV[2], ARGV[3]
-local f, err = read(KEYS[1], id)
+local f, err = writable(KEYS[1], id)
 if not f then return err end
 local now = tonumber(ARGV[4])
 
@@ -48,6 +48,10 @@ if string.sub(body, 1, 1) ~= '{' or not (string.find(body, mark .. ',', 1, true)
     or string.find(body, mark .. '}', 1, true)) then
   return {'CORRUPT', id, 'body is not a snapshot of schema ' .. SCHEMA}
 end
+-- the caller may hold the messages in its cache and not read them: the list must still
+-- be the one the header describes (its length and last document)
+local why = spoiled(KEYS[2], f, false)
+if why then return {'CORRUPT', id, why} end
 
 redis.call('HSET', KEYS[1], 'lo', worker, 'lid', lease_id, 'lu', ARGV[5], 'v', f.version + 1)
 redis.call('HDEL', KEYS[1], 'q')  -- the wake-up that was queued has been served

@@ -45,7 +45,7 @@ local prev, err, replay
 if creating then
   prev, err, replay = check_create(T, KEYS[7], b, rid)
 else
-  prev, err, replay = check_update(KEYS[7], b, rid)
+  prev, err, replay = check_update(KEYS[7], KEYS[8], b, rid)
 end
 if not prev then return err end
 if replay then

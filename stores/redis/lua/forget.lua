@@ -15,7 +15,7 @@ for _, id in ipairs(marked) do
   local hkey = ARGV[1] .. id
   local q = redis.call('HGET', hkey, 'q')
   if q and q ~= '' and tonumber(q) <= tonumber(ARGV[2]) then
-    local f = read(hkey, id)
+    local f = writable(hkey, id)
     if f then
       mark_queued(KEYS[1], hkey, id, '', now)
       cleared = cleared + 1

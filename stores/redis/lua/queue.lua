@@ -1,6 +1,6 @@
 -- queue.lua: mark a turn's wake-up as queued until a time, or clear the mark (the
 -- dispatch failed). The sweeper re-sends a wake-up only once its mark has run out. Uses
--- _lib.lua.
+-- _lib.lua. A quarantined turn is left alone (CORRUPT): neither mark nor unmark indexes it.
 --
 -- KEYS[1]  ns:{T}:runnable   runnable index of the tag
 -- KEYS[2]  ns:{T}:h:<id>     header
@@ -9,7 +9,7 @@
 -- ARGV[2]  seconds the queued wake-up is trusted, or '' to clear the mark
 --
 -- Returns {'OK'} | {'NOT_FOUND', id} | {'CORRUPT', id, why}
-local f, err = read(KEYS[2], ARGV[1])
+local f, err = writable(KEYS[2], ARGV[1])
 if not f then return err end
 local now = clock()
 local till = ''
