@@ -86,6 +86,9 @@ class TurnKernel:
         self.runner_middleware = tuple(middleware)
         self.after_save = after_save
         self._chains: dict[int, tuple[Middleware, ...]] = {}
+        #: Merged policies by the turn policy they were built from (the object is kept, so
+        #: its id is not reused while the entry lives).
+        self._merged: dict[int, tuple[AgentExecutionPolicy, AgentExecutionPolicy]] = {}
         self._rid_prefix = uuid.uuid4().hex[:16]
         self._rids = itertools.count()
         #: Listeners hear one event at a time: concurrent tool calls emit from their threads.
@@ -94,8 +97,20 @@ class TurnKernel:
         self.store_records_events = bool(getattr(store, "records_events", True))
 
     def policy(self, turn: AgentTurn) -> AgentExecutionPolicy:
-        """The turn's own policy, else the runner's."""
-        return turn.state.policy or self.default_policy
+        """The runner's policy with the fields the turn's own policy sets (they win)."""
+        own = turn.state.policy
+        if own is None:
+            return self.default_policy
+        cached = self._merged.get(id(own))
+        if cached is not None and cached[0] is own:
+            return cached[1]
+        merged = self.default_policy.model_copy(
+            update={name: getattr(own, name) for name in own.model_fields_set}
+        )
+        if len(self._merged) > 1024:
+            self._merged.clear()
+        self._merged[id(own)] = (own, merged)
+        return merged
 
     def middleware(self, turn: AgentTurn) -> tuple[Middleware, ...]:
         """Runner middleware (outermost first), then the agent's."""
