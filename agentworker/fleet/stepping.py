@@ -82,7 +82,8 @@ def _claim_and_step(
         with runner.holding(turn), logs.turn_context(turn):
             metrics.claimed(turn, runner.store.now())
             runner.step(turn, release=True)
-
+    except SnapshotCorruptedError:
+        return "quarantined", None  # a commit found the stored record spoiled: moved aside
     except (LeaseLostError, ConcurrentModificationError) as exc:
         if held is not None and held.overran:
             log.warning("turn %s: fenced, its step ran past the time limit (%s)", turn_id, exc)

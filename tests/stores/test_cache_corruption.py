@@ -68,8 +68,7 @@ def test_a_spoiled_earlier_message_never_reaches_a_terminal_record(
 
     # When the first stored message is spoiled and this process takes the last step
     spoil(redis_store, turn.id, 0)
-    with pytest.raises(SnapshotCorruptedError):
-        step_once(runner, turn.id, "w1")
+    assert step_once(runner, turn.id, "w1") == "quarantined"  # the task ends, nothing raised
 
     # Then nothing was recorded on top of it: quarantined, not COMPLETED, never claimed
     other = fresh(redis_store)
