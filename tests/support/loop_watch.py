@@ -127,7 +127,7 @@ async def producer_workout(runner: AgentRunner) -> Workout:
     return out
 
 
-def calmest_workout(runner: AgentRunner, tries: int = 3) -> Workout:
+def calmest_workout(runner: AgentRunner, tries: int = 5) -> Workout:
     """``producer_workout`` on a fresh loop, again (up to ``tries``) while it stalled.
 
     A shared machine may leave the whole process unscheduled for longer than the bound; a
