@@ -318,8 +318,10 @@ def test_a_runner_step_writes_its_events_in_one_round_trip(
 
     types = [e["type"] for _, e in read_events(client, ns, turn.id)]
     assert types[-1] == "STEP_COMPLETED" and "MODEL_COMPLETED" in types
-    # the live MODEL_STARTED at once, then the step's committed events in one round trip
-    assert executed == [1, len(types) - 2]
+    # the step's start and the live MODEL_STARTED at once (one round trip, flushed by the
+    # call's start), then the step's committed events in one round trip
+    assert types[:4] == ["SNAPSHOT_SAVED", "TURN_STARTED", "STEP_STARTED", "MODEL_STARTED"]
+    assert executed == [3, len(types) - 4]
 
 
 def test_a_tools_start_reaches_the_stream_while_the_tool_runs(
