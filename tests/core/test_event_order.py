@@ -116,3 +116,19 @@ def test_a_resume_command_resumes_once_after_its_save(
     [resumed] = [e for e in events.events[before:] if e.type is E.TURN_RESUMED]
     assert not resumed.provisional  # the resume command's own commit recorded it
     _assert_causal([e for e in events.events if e.turn_id == turn.id])
+
+
+def test_a_plain_answer_in_the_documented_order(runner: AgentRunner, events: EventLog) -> None:
+    turn = runner.run(agent(Script("hello")), "hi")
+
+    # the order the seed names for a plain answer, every event as a listener gets it
+    assert events.types(turn.id) == [
+        E.SNAPSHOT_SAVED,
+        E.TURN_STARTED,
+        E.STEP_STARTED,
+        E.MODEL_STARTED,
+        E.MODEL_COMPLETED,
+        E.SNAPSHOT_SAVED,
+        E.STEP_COMPLETED,
+        E.TURN_COMPLETED,
+    ]
