@@ -50,7 +50,11 @@ def test_changing_loaded_messages_changes_no_later_load(
     [decision] = [m for m in loaded.messages if isinstance(m, AiMessage)]
     _attempt(lambda: decision.tool_calls.append(ToolCall(id="x", name="refund")))  # type: ignore[attr-defined]
     _attempt(lambda: user.content.pop())  # type: ignore[union-attr]
+    loaded.messages.append(UserMessage("not stored"))
+    loaded.messages.pop(0)
+    loaded.pending_tool_calls.clear()
 
     assert _dump(store.load(turn.id).messages) == before
     assert _dump(make_store().load(turn.id).messages) == before
     assert _dump(runner.restore(turn.id).messages) == before
+    assert [c.id for c in store.load(turn.id).pending_tool_calls] == ["c1"]
