@@ -65,9 +65,15 @@ class AgentEventType(str, Enum):
 
 
 #: Live progress: sent at once by whoever makes it, never part of a commit. A consumer
-#: sees them marked ``provisional`` with the ``attempt`` (lease id) that made them.
+#: sees them marked ``provisional`` with the ``attempt`` (lease id) that made them. The
+#: start of a step (and of the turn) is one of them, so it reaches every consumer before
+#: what happens inside the step; ``TURN_RESUMED`` is provisional when a step resumes the
+#: turn (a retry that is due, children that reported) and committed when a resume command
+#: does (docs/events.md).
 PROVISIONAL = frozenset(
     {
+        AgentEventType.TURN_STARTED,
+        AgentEventType.STEP_STARTED,
         AgentEventType.MODEL_STARTED,
         AgentEventType.MODEL_TEXT_DELTA,
         AgentEventType.MODEL_REASONING_DELTA,
@@ -148,11 +154,16 @@ def make_event(
     data: Mapping[str, Any],
     *,
     attempt: str | None = None,
+    provisional: bool | None = None,
 ) -> AgentEvent:
-    """An event about the turn ``s`` as it is now (unnumbered until its commit)."""
+    """An event about the turn ``s`` as it is now (unnumbered until its commit).
+
+    ``provisional``: by default whether ``type`` is in ``PROVISIONAL``.
+    """
     payload = {"status": s.status.value, "phase": s.phase.value, "step_count": s.step_count}
     payload.update(data)
-    provisional = type in PROVISIONAL
+    if provisional is None:
+        provisional = type in PROVISIONAL
     return AgentEvent(
         event_id=new_event_id(),
         type=type,

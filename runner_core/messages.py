@@ -1,4 +1,8 @@
-"""Model-protocol messages: pydantic models with stable ids and exact JSON round trips."""
+"""Model-protocol messages: pydantic models with stable ids and exact JSON round trips.
+
+Messages are deeply immutable (frozen models, tuples, read-only arguments): a turn, its
+snapshots, the stores and listeners share them without copying.
+"""
 
 from __future__ import annotations
 
@@ -71,7 +75,8 @@ class UserMessage(_Message):
     """Input from a user: plain text or a list of text and image parts."""
 
     role: Literal["user"] = "user"
-    content: str | list[ContentPart]
+    #: Text, or the parts (a list is accepted; read back as a tuple: messages are shared).
+    content: str | tuple[ContentPart, ...]
 
     def __init__(self, content: str | list[Any] | None = None, /, **data: Any) -> None:
         if content is not None:
@@ -91,7 +96,8 @@ class AiMessage(_Message):
 
     role: Literal["assistant"] = "assistant"
     text: str | None = None
-    tool_calls: list[ToolCall] = Field(default_factory=list)
+    #: A list is accepted; read back as a tuple (snapshots, caches and listeners share it).
+    tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
 
     def __init__(self, text: str | None = None, /, **data: Any) -> None:

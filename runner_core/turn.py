@@ -35,6 +35,9 @@ class AgentTurn:
         self.pending_after_save: list[AgentEvent] = []
         #: Marks a direct runner's provisional events (a worker uses its lease id).
         self.attempt_id: str | None = None
+        #: Provisional events went out since the last commit (a buffering listener, such
+        #: as the Redis bridge, is flushed before the next commit so they stream first).
+        self.unflushed = False
         #: Whether this object's steps are traced (``_engine.tracing``; None: not asked).
         self.trace: str | None = None
         #: ``time.monotonic()`` by which the running step must be done (None: no limit).

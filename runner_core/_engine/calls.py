@@ -362,4 +362,4 @@ def checked_message(response: ModelResponse, turn: AgentTurn) -> AiMessage:
         fixed.append(call)
     if not changed:
         return message
-    return message.model_copy(update={"tool_calls": fixed})
+    return message.model_copy(update={"tool_calls": tuple(fixed)})

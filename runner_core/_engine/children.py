@@ -217,7 +217,7 @@ def settle_children(k: TurnKernel, turn: AgentTurn) -> None:
     move(st, AgentTurnStatus.RUNNING)
     st.phase, st.suspension = st.suspension.resume_phase, None
     st.child_results = {}
-    k.emit(turn, E.TURN_RESUMED, child_turn_ids=ids)
+    k.emit_start(turn, E.TURN_RESUMED, child_turn_ids=ids)
 
 
 def _task_status(child: AgentTurnStatus) -> TaskStatus:

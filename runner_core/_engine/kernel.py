@@ -135,13 +135,26 @@ class TurnKernel:
         from a tool's thread for provisional events (the step thread queues the others).
         """
         if type in PROVISIONAL:
-            if self.bus.active:
-                with self._deliver_lock:
-                    event = make_event(turn.state, type, data, attempt=attempt_of(turn))
-                    self.bus.deliver(event)
+            self._deliver_now(turn, type, data)
         elif self.bus.active or self.store_records_events:
             queue = turn.pending_after_save if after_save else turn.pending_events
             queue.append(make_event(turn.state, type, data))
+
+    def emit_start(self, turn: AgentTurn, type: AgentEventType, /, **data: Any) -> None:
+        """The start of a step (or of the turn, or its resumption by the step): at once.
+
+        Provisional, with the attempt, like the model and tool calls that follow it, so
+        every consumer sees it before them; the step's commit records the state change.
+        """
+        self._deliver_now(turn, type, data)
+
+    def _deliver_now(self, turn: AgentTurn, type: AgentEventType, data: dict[str, Any]) -> None:
+        if not self.bus.active:
+            return
+        with self._deliver_lock:
+            event = make_event(turn.state, type, data, attempt=attempt_of(turn), provisional=True)
+            self.bus.deliver(event)
+        turn.unflushed = True
 
     def _events(self, turn: AgentTurn, version: int) -> tuple[AgentEvent, ...]:
         """What the commit writes: the waiting events around its SNAPSHOT_SAVED."""
@@ -196,6 +209,10 @@ class TurnKernel:
         which any further write raises ``LeaseLostError``). A refused commit changes
         nothing stored and drops the waiting events: the work they describe never happened.
         """
+        if turn.unflushed:
+            # buffered provisional events reach the stream before the commit's own
+            turn.unflushed = False
+            self.bus.flush()
         try:
             commit = self._prepare(turn, children, last)
             result = self._write(turn, commit)

@@ -146,15 +146,15 @@ class _Step:
             settle_children(self.k, self.turn)  # every awaited child has reported
         elif st.status is Status.READY:
             move(st, Status.RUNNING)
-            self.k.emit(self.turn, E.TURN_STARTED if st.step_count == 0 else E.TURN_RESUMED)
+            self.k.emit_start(self.turn, E.TURN_STARTED if st.step_count == 0 else E.TURN_RESUMED)
         elif st.status is Status.RETRY_SCHEDULED:
             st.phase = st.suspension.resume_phase if st.suspension else st.phase
             move(st, Status.RUNNING)
             st.suspension, st.next_runnable_at = None, None
-            self.k.emit(self.turn, E.TURN_RESUMED, retry=st.retry_count)
+            self.k.emit_start(self.turn, E.TURN_RESUMED, retry=st.retry_count)
 
     def _body(self) -> AgentStepResult:
-        self.k.emit(self.turn, E.STEP_STARTED)
+        self.k.emit_start(self.turn, E.STEP_STARTED)
         outcome = self._model() if self.st.phase is Phase.MODEL else self._tools()
         self._apply(outcome, in_step=True)
         return self.result

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC
 from typing import Any, assert_never
 
@@ -239,7 +239,7 @@ def to_wire_message(message: Message) -> dict[str, Any]:
     assert_never(message)
 
 
-def _wire_content(content: str | list[ContentPart]) -> str | list[dict[str, Any]]:
+def _wire_content(content: str | Sequence[ContentPart]) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     parts: list[dict[str, Any]] = []

@@ -37,16 +37,19 @@ def test_canonical_order_for_a_plain_answer(runner: AgentRunner, events: EventLo
     # committed events in the canonical order, numbered 1..n by their commits
     assert committed(events, turn.id) == [
         E.SNAPSHOT_SAVED,
-        E.TURN_STARTED,
-        E.STEP_STARTED,
         E.MODEL_COMPLETED,
         E.SNAPSHOT_SAVED,
         E.STEP_COMPLETED,
         E.TURN_COMPLETED,
     ]
-    assert [e.sequence for e in events.events if not e.provisional] == list(range(1, 8))
-    # the live MODEL_STARTED went out when the call began, before the step's commit
-    assert events.types(turn.id)[:2] == [E.SNAPSHOT_SAVED, E.MODEL_STARTED]
+    assert [e.sequence for e in events.events if not e.provisional] == list(range(1, 6))
+    # the step's start and the live MODEL_STARTED went out at once, before the step's commit
+    assert events.types(turn.id)[:4] == [
+        E.SNAPSHOT_SAVED,
+        E.TURN_STARTED,
+        E.STEP_STARTED,
+        E.MODEL_STARTED,
+    ]
     [started] = events.of(E.MODEL_STARTED)
     assert started.provisional and started.attempt and started.sequence == 1
     final = events.events[-1]
@@ -64,19 +67,19 @@ def test_order_for_a_tool_turn(runner: AgentRunner, events: EventLog) -> None:
 
     assert events.types(turn.id) == [
         E.SNAPSHOT_SAVED,
+        E.TURN_STARTED,  # provisional: the start of the attempt, at once
+        E.STEP_STARTED,  # provisional
         E.MODEL_STARTED,  # provisional: live, as the call begins
-        E.TURN_STARTED,
-        E.STEP_STARTED,
         E.MODEL_COMPLETED,
         E.SNAPSHOT_SAVED,  # the decision, phase TOOLS
         E.STEP_COMPLETED,
+        E.STEP_STARTED,  # provisional
         E.TOOL_STARTED,  # provisional
-        E.STEP_STARTED,
         E.TOOL_COMPLETED,
         E.SNAPSHOT_SAVED,  # the tool result
         E.STEP_COMPLETED,
+        E.STEP_STARTED,  # provisional
         E.MODEL_STARTED,  # provisional
-        E.STEP_STARTED,
         E.MODEL_COMPLETED,
         E.SNAPSHOT_SAVED,
         E.STEP_COMPLETED,
@@ -125,7 +128,8 @@ def test_retry_event_follows_step_completed(runner: AgentRunner, events: EventLo
 
     events.events.clear()
     runner.resume(turn.id, AgentResumeCommand.continue_turn())
-    assert committed(events, turn.id)[:3] == [E.SNAPSHOT_SAVED, E.TURN_RESUMED, E.STEP_STARTED]
+    assert committed(events, turn.id)[:3] == [E.SNAPSHOT_SAVED, E.TURN_RESUMED, E.MODEL_COMPLETED]
+    assert events.types(turn.id)[:3] == [E.SNAPSHOT_SAVED, E.TURN_RESUMED, E.STEP_STARTED]
     assert events.types(turn.id)[-1] is E.TURN_COMPLETED
 
 

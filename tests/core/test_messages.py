@@ -82,6 +82,6 @@ def test_multimodal_input_reaches_the_model_unchanged(runner: AgentRunner) -> No
     assert turn.status is AgentTurnStatus.COMPLETED
     sent = script.requests[0].messages[-1]
     assert isinstance(sent, UserMessage)
-    assert sent.content == [TextPart(text="what is it?"), image]
+    assert sent.content == (TextPart(text="what is it?"), image)
     restored = runner.restore(turn.id).messages[0]
     assert restored == turn.messages[0]

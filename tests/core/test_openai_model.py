@@ -88,7 +88,7 @@ def test_generate_returns_text_and_usage(server: ChatServer, model: OpenAIChatMo
     response = model.generate(ask())
 
     assert response.message.text == "Hello!"
-    assert response.message.tool_calls == []
+    assert response.message.tool_calls == ()
     assert response.usage == Usage(input_tokens=12, output_tokens=3)
     assert server.requests[0].path == "/v1/chat/completions"
     assert server.last_body["model"] == "test-model"
@@ -108,7 +108,7 @@ def test_tool_calls_keep_their_ids(server: ChatServer, model: OpenAIChatModel) -
     message = model.generate(ask(tools=[WEATHER])).message
 
     assert message.text is None
-    assert message.tool_calls == [
+    assert list(message.tool_calls) == [
         ToolCall(id="call_abc", name="get_weather", arguments={"city": "Paris"}),
         ToolCall(id="call_def", name="get_weather", arguments={"city": "Oslo"}),
     ]
@@ -122,7 +122,7 @@ def test_text_and_tool_call_together(server: ChatServer, model: OpenAIChatModel)
     message = model.generate(ask(tools=[WEATHER])).message
 
     assert message.text == "Let me look."
-    assert message.tool_calls == [ToolCall(id="c1", name="get_weather", arguments={})]
+    assert list(message.tool_calls) == [ToolCall(id="c1", name="get_weather", arguments={})]
 
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
@@ -319,7 +319,7 @@ def test_stream_yields_deltas_and_assembles_split_tool_call_arguments(
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert done.response.message.text == "Checking the weather."
-    assert done.response.message.tool_calls == [
+    assert list(done.response.message.tool_calls) == [
         ToolCall(id="call_w", name="get_weather", arguments={"city": "Paris"})
     ]
     assert done.response.usage == Usage(input_tokens=21, output_tokens=9)
@@ -344,7 +344,7 @@ def test_stream_interleaves_two_tool_calls_by_index(
     done = list(model.stream(ask(tools=[WEATHER])))[-1]
 
     assert isinstance(done, StreamDone)
-    assert done.response.message.tool_calls == [
+    assert list(done.response.message.tool_calls) == [
         ToolCall(id="a", name="get_weather", arguments={"city": "Rome"}),
         ToolCall(id="b", name="get_weather", arguments={"city": "Oslo"}),
     ]
@@ -375,7 +375,7 @@ def test_stream_infers_tool_call_indexes_a_server_leaves_out(
     done = list(model.stream(ask(tools=[WEATHER])))[-1]
 
     assert isinstance(done, StreamDone)
-    assert done.response.message.tool_calls == [
+    assert list(done.response.message.tool_calls) == [
         ToolCall(id="g1", name="get_weather", arguments={"city": "Rome"}),
         ToolCall(id="g2", name="get_weather", arguments={"city": "Oslo"}),
     ]
@@ -651,7 +651,7 @@ def test_full_tool_calling_turn(server: ChatServer) -> None:
     assert turn.usage == Usage(input_tokens=55, output_tokens=13)
     history = turn.conversation_history
     assert [type(m) for m in history] == [UserMessage, AiMessage, ToolMessage, AiMessage]
-    assert history[1].tool_calls == [  # type: ignore[union-attr]
+    assert list(history[1].tool_calls) == [  # type: ignore[union-attr]
         ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"})
     ]
     assert history[2].call_id == "call_1"  # type: ignore[union-attr]

@@ -318,8 +318,10 @@ def test_a_runner_step_writes_its_events_in_one_round_trip(
 
     types = [e["type"] for _, e in read_events(client, ns, turn.id)]
     assert types[-1] == "STEP_COMPLETED" and "MODEL_COMPLETED" in types
-    # the live MODEL_STARTED at once, then the step's committed events in one round trip
-    assert executed == [1, len(types) - 2]
+    # the step's start and the live MODEL_STARTED at once (one round trip, flushed by the
+    # call's start), then the step's committed events in one round trip
+    assert types[:4] == ["SNAPSHOT_SAVED", "TURN_STARTED", "STEP_STARTED", "MODEL_STARTED"]
+    assert executed == [3, len(types) - 4]
 
 
 def test_a_tools_start_reaches_the_stream_while_the_tool_runs(
@@ -359,4 +361,36 @@ def test_a_tools_start_reaches_the_stream_while_the_tool_runs(
     numbers = [e["sequence"] for e in full if not e["provisional"]]
     assert numbers == list(range(1, len(numbers) + 1))
     assert [e["type"] for e in full if not e["provisional"]][-1] == "TURN_COMPLETED"
+    store.close()
+
+
+def test_the_stream_has_each_step_start_before_the_step(
+    server: RedisServer, client: redis.Redis, ns: str
+) -> None:
+    from stores import RedisAgentTurnStore
+
+    # Given the production wiring, and a tools step with nothing to start at once (the call
+    # waits for approval), so the step's start is still buffered when its commit is made
+    store = RedisAgentTurnStore(server.url, namespace=ns)
+    runner = AgentRunner(turn_store=store)
+    runner.add_event_listener(RedisEventBridge(client, ns))
+
+    turn = runner.run(approval_agent(), "pay 5")
+
+    assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+    full = [(e["type"], e["provisional"]) for _, e in read_events(client, ns, turn.id)]
+    assert full == [
+        ("SNAPSHOT_SAVED", False),
+        ("TURN_STARTED", True),
+        ("STEP_STARTED", True),
+        ("MODEL_STARTED", True),
+        ("MODEL_COMPLETED", False),
+        ("SNAPSHOT_SAVED", False),
+        ("STEP_COMPLETED", False),
+        ("STEP_STARTED", True),  # streamed before the commit that follows it
+        ("SNAPSHOT_SAVED", False),
+        ("STEP_COMPLETED", False),
+        ("TOOL_APPROVAL_REQUESTED", False),
+        ("TURN_SUSPENDED", False),
+    ]
     store.close()

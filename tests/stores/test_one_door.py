@@ -420,8 +420,11 @@ def test_a_fenced_step_announces_nothing_it_did_not_commit(
     # Then A's step left only its provisional start: nothing it did not commit
     assert [(e.type, e.provisional) for e in seen] == [
         (E.SNAPSHOT_SAVED, False),  # the creation
+        (E.TURN_STARTED, True),
+        (E.STEP_STARTED, True),
         (E.MODEL_STARTED, True),
     ]
+    assert len({e.attempt for e in seen[1:]}) == 1
     assert seen[1].attempt  # the lease id of the abandoned attempt
     assert [e.type for e in make_store().read_events(turn.id)] == [E.SNAPSHOT_SAVED]
     # and B's cancel (B holds the lease, so only the flag) is numbered right after

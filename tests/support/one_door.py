@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -451,15 +452,14 @@ def check(report: Report, world: World, root: str, store: AgentTurnStore) -> lis
         terminal = [e for e in mine if e.type in TERMINAL_EVENTS]
         if store.load(turn_id).status.is_terminal and len(terminal) != 1:
             problems.append(f"{turn_id}: {len(terminal)} terminal events")
-    # a parent wakes once per finished wave of children
+    # a parent settles each child once (its resumption is provisional: the commit of the
+    # step that settles a wave records one TASK_COMPLETED or TASK_FAILED per child)
     parent = [e.type for e in log if e.turn_id == root]
-    waits = [e for e in log if e.turn_id == root and e.type is E.TURN_SUSPENDED]
-    waves = sum(1 for e in waits if "child_turn_ids" in e.data)
-    woken = sum(
-        1
+    settled = Counter(
+        e.data["child_turn_id"]
         for e in log
-        if e.turn_id == root and e.type is E.TURN_RESUMED and "child_turn_ids" in e.data
+        if e.turn_id == root and e.type in (E.TASK_COMPLETED, E.TASK_FAILED)
     )
-    if woken > waves:
-        problems.append(f"parent woke {woken} times for {waves} waves: {parent}")
+    if twice := sorted(c for c, n in settled.items() if n > 1):
+        problems.append(f"parent settled children {twice} more than once: {parent}")
     return problems
