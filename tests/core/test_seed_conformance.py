@@ -436,11 +436,6 @@ def test_the_reason_is_quoted_verbatim_in_the_closing_messages(runner: AgentRunn
     assert last.text == f"The previous turn ended before completion: {reason}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_snapshot() shares each AiMessage's tool_calls list with the live turn, "
-    "the stored record and other snapshots",
-)
 def test_to_snapshot_is_an_isolated_copy(runner: AgentRunner) -> None:
     # 「快照是隔离副本，包含恢复所需状态（包括 streaming 设置），但不包含模型、工具等进程内对象。」
     # Gloss: a snapshot is an isolated copy; changing it changes nothing else.

@@ -465,11 +465,6 @@ def test_one_conversation_many_processes_exactly_one_turn(
     assert {b.active_turn_id for b in busy} == {turn.id}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a loaded AiMessage's tool_calls list is shared: appending to it changes the "
-    "next load of the same store client (memory store; Redis store's message cache)",
-)
 def test_a_loaded_snapshot_is_an_isolated_copy(runners: Callable[[], AgentRunner]) -> None:
     # 「快照是隔离副本，包含恢复所需状态」「不要绕过 Runner 直接修改快照」
     # Gloss: a snapshot is an isolated copy: changing one (its messages' lists included)
