@@ -56,19 +56,6 @@ from tests.support.seed import (
 S = AgentTurnStatus
 
 
-@pytest.fixture
-def loader() -> InMemoryAgentLoader:
-    return InMemoryAgentLoader()
-
-
-@pytest.fixture
-def runners(
-    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
-) -> Callable[[], AgentRunner]:
-    """Runners on separate clients of one store, like separate processes."""
-    return lambda: AgentRunner(turn_store=make_store(), agent_loader=loader)
-
-
 # -- closing an abnormal end -----------------------------------------------------------------
 
 

@@ -60,19 +60,6 @@ S = AgentTurnStatus
 E = AgentEventType
 
 
-@pytest.fixture
-def loader() -> InMemoryAgentLoader:
-    return InMemoryAgentLoader()
-
-
-@pytest.fixture
-def runners(
-    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
-) -> Callable[[], AgentRunner]:
-    """Runners on separate clients of one store, like separate processes."""
-    return lambda: AgentRunner(turn_store=make_store(), agent_loader=loader)
-
-
 def test_counters_are_kept_across_resumes_and_restores(runners: Callable[[], AgentRunner]) -> None:
     # 「int iterations = turn.getIterationCount(); int steps = turn.getStepCount(); int toolCalls =
     # turn.getToolCallCount(); long totalTokens = turn.getTotalTokens();」「Turn 包含……预算计数」

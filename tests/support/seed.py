@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from runner_core import (
     Agent,
     AgentBudget,
@@ -303,3 +305,17 @@ class FlakyMemory(InMemoryChatMemory):
         if self.down:
             raise ConnectionError("memory is down")
         super().add_messages(messages)
+
+
+# -- the fixtures of the store suites --------------------------------------------------------
+@pytest.fixture
+def loader() -> InMemoryAgentLoader:
+    return InMemoryAgentLoader()
+
+
+@pytest.fixture
+def runners(
+    make_store: Callable[[], AgentTurnStore], loader: InMemoryAgentLoader
+) -> Callable[[], AgentRunner]:
+    """Runners on separate clients of one store, like separate processes."""
+    return lambda: AgentRunner(turn_store=make_store(), agent_loader=loader)
