@@ -26,6 +26,9 @@ from runner_core.resume import AgentResumeCommand
 
 _MESSAGES = (SystemMessage, UserMessage, AiMessage, ToolMessage)
 
+#: The longest turn or conversation id a new turn may be given (the HTTP API allows 64).
+MAX_ID_CHARS = 256
+
 
 @dataclass(frozen=True, slots=True)
 class NewTurn:
@@ -47,8 +50,8 @@ def new_turn(
     """Check what ``start``/``run`` got; the first bad argument raises, naming itself."""
     if history is not None and conversation_id is not None:
         raise InvalidArgumentError("pass history= or conversation_id=, not both", field="history")
-    _optional_str(conversation_id, "conversation_id")
-    _optional_str(turn_id, "turn_id")
+    _optional_id(conversation_id, "conversation_id")
+    _optional_id(turn_id, "turn_id")
     _history(history)
     if options is None:
         options = AgentTurnOptions()
@@ -113,6 +116,17 @@ def _history(history: Any) -> None:
 def _optional_str(value: Any, field: str) -> None:
     if value is not None and not isinstance(value, str):
         raise _wrong_type(field, "a string", value)
+
+
+def _optional_id(value: Any, field: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise _wrong_type(field, "a string", value)
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgumentError(
+            f"{field} is {len(value)} characters long; the limit is {MAX_ID_CHARS}", field=field
+        )
 
 
 def _wrong_type(field: str, wanted: str, value: Any) -> InvalidArgumentTypeError:

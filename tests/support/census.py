@@ -211,6 +211,18 @@ RUNNER: list[Case] = [
         lambda s: s.runner.start(approval_agent(), "pay 5", turn_id=7),
     ),
     Case(
+        "runner.start: turn_id of 1 MiB",
+        A,
+        "turn_id",
+        lambda s: s.runner.start(approval_agent(), "pay 5", turn_id="t" * 2**20),
+    ),
+    Case(
+        "runner.start: conversation_id of 1 MiB",
+        A,
+        "conversation_id",
+        lambda s: s.start(conversation_id="c" * 2**20),
+    ),
+    Case(
         "runner.run: metadata holds a set",
         A,
         "metadata",
