@@ -11,7 +11,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
-from runner_core._engine.frozen import FrozenDict, freeze_dict
+from runner_core._engine.frozen import FrozenDict, freeze_dict, json_only
+
+
+def _provider_data(value: dict[str, Any] | None) -> FrozenDict | None:
+    """Read-only and JSON only (the snapshot stores it as it is); ``{}`` reads as None."""
+    if not value:
+        return None
+    return freeze_dict(json_only(value, "provider_data"))
+
+
+#: Opaque data of the provider whose adapter made a message or a call (reasoning text,
+#: signatures, encrypted reasoning items, item ids): JSON only, read-only, persisted in
+#: the snapshot, replayed only by an adapter of that provider (docs/models.md). An adapter
+#: keys it by its provider's name, ``{"openai": {...}}``, so another adapter can tell that
+#: it is not its own.
+ProviderData = Annotated[dict[str, Any] | None, AfterValidator(_provider_data)]
 
 
 def new_id() -> str:
@@ -53,6 +68,8 @@ class ToolCall(_Frozen):
     )
     #: The id the model gave, when the runner had to replace it (missing or reused).
     original_id: str | None = None
+    #: The provider's own data for this call (a signature, an item id); see ``ProviderData``.
+    provider_data: ProviderData = None
 
 
 class _Message(_Frozen):
@@ -99,6 +116,8 @@ class AiMessage(_Message):
     #: A list is accepted; read back as a tuple (snapshots, caches and listeners share it).
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
+    #: The provider's own data for this answer (reasoning items, signatures, ids).
+    provider_data: ProviderData = None
 
     def __init__(self, text: str | None = None, /, **data: Any) -> None:
         if text is not None:

@@ -17,8 +17,14 @@ class Usage(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    #: Every input token, cached ones included.
     input_tokens: int = 0
+    #: Every output token, reasoning ones included.
     output_tokens: int = 0
+    #: The part of ``input_tokens`` read from the provider's prompt cache.
+    cached_input_tokens: int = 0
+    #: The part of ``output_tokens`` the model spent reasoning.
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -29,6 +35,8 @@ class Usage(BaseModel):
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 

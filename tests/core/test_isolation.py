@@ -78,7 +78,13 @@ def test_the_stored_form_is_unchanged() -> None:
     user = UserMessage([TextPart(text="hi")])
 
     assert message.model_dump(mode="json")["tool_calls"] == [
-        {"id": "a", "name": "t", "arguments": {"k": [1]}, "original_id": None}
+        {
+            "id": "a",
+            "name": "t",
+            "arguments": {"k": [1]},
+            "original_id": None,
+            "provider_data": None,
+        }
     ]
     assert user.model_dump(mode="json")["content"] == [{"type": "text", "text": "hi"}]
     assert MESSAGE_LIST.validate_json(_dump([message, user])) == [message, user]
