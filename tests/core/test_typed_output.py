@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -12,13 +12,16 @@ from runner_core import (
     Agent,
     AgentEventType,
     AgentRunner,
+    AgentTurnOptions,
     AgentTurnStatus,
+    FunctionModel,
     InMemoryAgentLoader,
     OutputValidationError,
     UserMessage,
     tool,
 )
 from runner_core.messages import AiMessage, ToolMessage
+from runner_core.models import ModelRequest, ToolCallDelta
 from runner_core.output import FINAL_TOOL
 from runner_core.testing import EventLog, ScriptedModel, asks, tool_call
 
@@ -307,3 +310,33 @@ def test_an_agent_without_output_type_is_unchanged(runner: AgentRunner) -> None:
     assert turn.final_output == "plain answer"
     assert turn.output is None
     assert model.requests[0].tools == [] and model.requests[0].output is None
+
+
+def test_a_streamed_answer_arrives_as_final_answer_deltas(
+    runner: AgentRunner, events: EventLog
+) -> None:
+    def pieces(request: ModelRequest) -> Iterator[ToolCallDelta]:
+        yield ToolCallDelta(0, "f1", FINAL_TOOL, '{"product": "lamp", ')
+        yield ToolCallDelta(0, arguments='"price": {"amount": 12.5, "currency": "EUR"}}')
+
+    agent = Agent("quoter", FunctionModel(stream_fn=pieces), output_type=Quote)
+    turn = runner.run(agent, "price?", options=AgentTurnOptions(streaming=True))
+
+    assert turn.output == Quote.model_validate(GOOD)
+    deltas = events.of(AgentEventType.MODEL_TOOL_CALL_DELTA)
+    assert [d.data["name"] for d in deltas] == [FINAL_TOOL, None]
+
+
+def test_broken_streamed_arguments_are_refused_not_guessed(runner: AgentRunner) -> None:
+    def pieces(request: ModelRequest) -> Iterator[ToolCallDelta]:
+        if len(request.messages) == 1:
+            yield ToolCallDelta(0, "f1", FINAL_TOOL, '{"product": "lamp", "pri')
+        else:
+            yield ToolCallDelta(0, "f2", FINAL_TOOL, json.dumps(GOOD))
+
+    agent = Agent("quoter", FunctionModel(stream_fn=pieces), output_type=Quote)
+    turn = runner.run(agent, "price?", options=AgentTurnOptions(streaming=True))
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    refusal = next(m for m in turn.messages if isinstance(m, ToolMessage) and m.is_error)
+    assert "not a JSON object" in refusal.content
