@@ -48,10 +48,8 @@ class Agent:
         ``deps``: a zero-argument callable (sync or async) building what its tools share
         (``AgentToolContext.deps``), once per process, never persisted (``runner_core.deps``).
 
-        ``output_type``: any type pydantic's ``TypeAdapter`` takes; the final answer is then
-        validated into it (``turn.output``), refused answers retried up to
-        ``output_retries`` times; ``output_mode`` ``"tool"`` (the ``final_result`` tool) or
-        ``"native"`` (the model's structured output). See docs/output.md.
+        ``output_type``: a type the final answer is validated into (``turn.output``), asked
+        for by ``output_mode``, refused answers retried ``output_retries`` times (docs/output.md).
         """
         _check(id, model, max_iterations, deps)
         self.id = id
@@ -65,21 +63,9 @@ class Agent:
         self.tool_specs = [t.spec for t in self.tools.values()]
         if isinstance(planning, AgentPlanningPolicy) and planning.enabled:
             self.tool_specs += plan_tool_specs()
-        #: The final output's type and checks (None: the answer is free text).
+        #: The final output's type, retries and checks (None: the answer is free text).
         self.output = _output(id, output_type, output_retries, output_mode, model, planning)
-        self.output_type = output_type
-        self.output_retries = output_retries
-        #: Sent with every request of a native-output agent (None otherwise).
-        self.output_schema: OutputSchema | None = None
-        if self.output is not None and self.output.mode == "native":
-            self.output_schema = self.output.native_schema()
-        elif self.output is not None:
-            if FINAL_TOOL in self.tools:
-                raise InvalidArgumentError(
-                    f"agent {id!r}: a tool is named {FINAL_TOOL!r}, the final-answer tool",
-                    field="tools",
-                )
-            self.tool_specs.append(self.output.tool_spec())
+        self.output_schema = _offer_output(self)  # sent with each request (native output)
         self.max_iterations = max_iterations
         self.max_attached_turns = max_attached_turns
         self.max_attached_messages = max_attached_messages
@@ -131,7 +117,7 @@ def _output(
         )
     if output_type is None:
         return None
-    spec = OutputSpec(agent_id, output_type, mode)
+    spec = OutputSpec(agent_id, output_type, mode, retries)
     if spec.mode == "native" and not supports_native_output(model):
         raise InvalidArgumentError(
             f"agent {agent_id!r}: output_mode 'native' needs a model with native_output, "
@@ -149,6 +135,22 @@ def _output(
             field="output_type",
         )
     return spec
+
+
+def _offer_output(agent: Agent) -> OutputSchema | None:
+    """How the answer is asked for: the native schema, or the final-answer tool added."""
+    output = agent.output
+    if output is None:
+        return None
+    if output.mode == "native":
+        return output.native_schema()
+    if FINAL_TOOL in agent.tools:
+        raise InvalidArgumentError(
+            f"agent {agent.id!r}: a tool is named {FINAL_TOOL!r}, the final-answer tool",
+            field="tools",
+        )
+    agent.tool_specs.append(output.tool_spec())
+    return None
 
 
 def _check_response_format(

@@ -69,7 +69,9 @@ class OutputProblem:
 class OutputSpec:
     """An agent's output type, how it is asked for and how an answer is checked."""
 
-    def __init__(self, agent_id: str, output_type: Any, mode: str = "tool") -> None:
+    def __init__(
+        self, agent_id: str, output_type: Any, mode: str = "tool", retries: int = 1
+    ) -> None:
         if isinstance(output_type, dict):
             raise InvalidArgumentTypeError(
                 f"agent {agent_id!r}: output_type takes a type, not a JSON schema; keep a "
@@ -93,6 +95,8 @@ class OutputSpec:
         self.agent_id = agent_id
         self.type = output_type
         self.mode: OutputMode = "native" if mode == "native" else "tool"
+        #: Refused answers sent back to the model before the turn fails.
+        self.retries = retries
         self.adapter = adapter
         #: The answer's schema is not an object: it travels as ``{"response": value}``.
         self.wrapped = schema.get("type") != "object"

@@ -66,22 +66,22 @@ def _verdict(checked: Valid | OutputProblem, call: ToolCall | None) -> Verdict:
     return Refused(checked, call)
 
 
-def ordinary_calls(spec: OutputSpec | None, message: AiMessage) -> list[ToolCall]:
-    """The message's calls of real tools (the final-answer tool left out)."""
-    if spec is None or spec.mode != "tool":
-        return list(message.tool_calls)
-    return [c for c in message.tool_calls if c.name != FINAL_TOOL]
-
-
-def event_data(verdict: Verdict) -> dict[str, Any]:
-    """What MODEL_COMPLETED adds about the answer: ``output`` valid or invalid, and why."""
+def event_data(
+    spec: OutputSpec | None, message: AiMessage, verdict: Verdict | None
+) -> dict[str, Any]:
+    """MODEL_COMPLETED's ``tool_calls`` (real tools only) and ``output``: valid or invalid."""
+    calls = message.tool_calls
+    if spec is not None and spec.mode == "tool":
+        calls = tuple(c for c in calls if c.name != FINAL_TOOL)
+    data: dict[str, Any] = {"tool_calls": [c.name for c in calls]}
     match verdict:
         case Accepted():
-            return {"output": "valid"}
+            data["output"] = "valid"
         case Refused(problem=problem):
-            return {"output": "invalid", "output_error": problem.summary()}
-        case NoAnswer():
-            return {}
+            data.update(output="invalid", output_error=problem.summary())
+        case NoAnswer() | None:
+            pass
+    return data
 
 
 def settle(turn: AgentTurn, spec: OutputSpec, verdict: Accepted | Refused) -> Next:
@@ -100,7 +100,7 @@ def settle(turn: AgentTurn, spec: OutputSpec, verdict: Accepted | Refused) -> Ne
         st.pending_tool_calls = []
         return "completed"
     problem = verdict.problem
-    if st.output_retry_count >= turn.agent.output_retries:
+    if st.output_retry_count >= spec.retries:
         attempts = st.output_retry_count + 1
         raise OutputValidationError(st.id, problem.field, problem.detail, attempts)
     st.output_retry_count += 1

@@ -199,8 +199,7 @@ class _Step:
             E.MODEL_COMPLETED,
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
-            tool_calls=[c.name for c in output.ordinary_calls(agent.output, message)],
-            **(output.event_data(verdict) if verdict else {}),
+            **output.event_data(agent.output, message, verdict),
         )
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).
