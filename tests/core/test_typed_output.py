@@ -16,6 +16,8 @@ from runner_core import (
     AgentTurnStatus,
     FunctionModel,
     InMemoryAgentLoader,
+    InMemoryAgentTurnStore,
+    InMemoryChatMemory,
     OutputValidationError,
     UserMessage,
     tool,
@@ -340,3 +342,24 @@ def test_broken_streamed_arguments_are_refused_not_guessed(runner: AgentRunner) 
     assert turn.status is AgentTurnStatus.COMPLETED
     refusal = next(m for m in turn.messages if isinstance(m, ToolMessage) and m.is_error)
     assert "not a JSON object" in refusal.content
+
+
+def test_a_conversation_goes_on_after_a_typed_answer(
+    store: InMemoryAgentTurnStore, loader: InMemoryAgentLoader
+) -> None:
+    memory = InMemoryChatMemory()
+    runner = AgentRunner(
+        turn_store=store, agent_loader=loader, chat_memory_provider=lambda cid: memory
+    )
+    model = ScriptedModel(final("f1", **GOOD), final("f2", **{**GOOD, "product": "desk"}))
+    agent = loader.register(quoting(model))
+
+    first = runner.run(agent, "lamp?", conversation_id="c1")
+    second = runner.run(agent, "and a desk?", conversation_id="c1")
+
+    assert first.output.product == "lamp" and second.output.product == "desk"
+    # the second request replays the first answer's call with its answer, then the question
+    replayed = model.requests[1].messages
+    roles = [m.role for m in replayed]
+    assert roles == ["user", "assistant", "tool", "user"]
+    assert isinstance(replayed[2], ToolMessage) and replayed[2].call_id == "f1"

@@ -1,4 +1,4 @@
-"""Typed final output: what ``Agent`` refuses at construction, and old records."""
+"""Typed final output: what ``Agent`` refuses at construction, old and drifted records."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from pydantic import BaseModel
 from runner_core import (
     Agent,
     AgentPlanningPolicy,
+    AgentRunner,
+    InMemoryAgentLoader,
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    SnapshotCorruptedError,
     load_snapshot,
     tool,
 )
 from runner_core.output import FINAL_TOOL
-from runner_core.testing import ScriptedModel
+from runner_core.testing import ScriptedModel, asks, tool_call
 from tests.support.stores import snap
 
 
@@ -121,3 +124,24 @@ def test_a_snapshot_copy_does_not_share_the_output() -> None:
     copy.output["items"].append(3)
 
     assert original.output == {"items": [1, 2]}
+
+
+def test_a_stored_output_that_no_longer_fits_its_type_is_named(
+    make_runner: Callable[..., AgentRunner], loader: InMemoryAgentLoader
+) -> None:
+    class Old(BaseModel):
+        text: str
+
+    class New(BaseModel):
+        words: int
+
+    answer = ScriptedModel(asks(tool_call(FINAL_TOOL, "f1", text="hi")))
+    runner = make_runner()
+    done = runner.run(loader.register(Agent("drift", answer, output_type=Old)), "hi")
+    drifted = InMemoryAgentLoader([Agent("drift", ScriptedModel(), output_type=New)])
+    restored = AgentRunner(turn_store=runner.store, agent_loader=drifted).restore(done.id)
+
+    with pytest.raises(SnapshotCorruptedError) as info:
+        _ = restored.output
+    assert "words" in str(info.value) and "'drift'" in str(info.value)
+    assert restored.final_output == '{"text":"hi"}'
