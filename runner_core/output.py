@@ -142,12 +142,12 @@ class OutputSpec:
             return problem_of(exc)
 
     # -- what is said to the model ---------------------------------------------------------
-    def refusal(self, problem: OutputProblem, *, tool_call: bool) -> str:
+    def refusal(self, problem: OutputProblem) -> str:
         """The retry prompt: what was wrong, field by field, and how to answer again."""
         listed = "\n".join(f"- {line}" for line in problem.lines)
         again = (
-            f"Call {FINAL_TOOL} again with corrected arguments."
-            if tool_call
+            f"Call {FINAL_TOOL} with the corrected answer as its arguments."
+            if self.mode == "tool"
             else "Answer again with JSON only, matching the required schema."
         )
         return f"The final answer does not match the required output:\n{listed}\n{again}"

@@ -84,15 +84,15 @@ def event_data(
     return data
 
 
-def settle(turn: AgentTurn, spec: OutputSpec, verdict: Accepted | Refused) -> Next:
-    """Record the verdict on the turn's state; where the turn goes next.
+def settle(
+    turn: AgentTurn, spec: OutputSpec, message: AiMessage, verdict: Accepted | Refused
+) -> Next:
+    """Record the verdict on ``message`` (the turn's newest); where the turn goes next.
 
     Raises ``OutputValidationError`` (naming the field) when the answer is refused and
     ``output_retries`` are used up; the state is then left for the failure to close.
     """
     st = turn.state
-    message = st.messages[-1]
-    assert isinstance(message, AiMessage)
     if isinstance(verdict, Accepted):
         st.output = spec.dump(verdict.value)
         st.final_output = spec.text(verdict.value)
@@ -106,9 +106,9 @@ def settle(turn: AgentTurn, spec: OutputSpec, verdict: Accepted | Refused) -> Ne
     st.output_retry_count += 1
     call = verdict.call
     if call is None:
-        st.messages.append(UserMessage(spec.refusal(problem, tool_call=False)))
+        st.messages.append(UserMessage(spec.refusal(problem)))
         return "model"
-    content = spec.refusal(problem, tool_call=True)
+    content = spec.refusal(problem)
     st.messages.append(ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True))
     others = [c for c in message.tool_calls if c.id != call.id]
     st.messages.extend(

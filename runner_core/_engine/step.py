@@ -34,7 +34,7 @@ from runner_core._engine.toolbatch import (
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError, OutputValidationError
 from runner_core.events import AgentEventType as E
-from runner_core.messages import ToolCall
+from runner_core.messages import AiMessage, ToolCall
 from runner_core.middleware import chain_model, chain_step
 from runner_core.models.base import ModelRequest
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, SuspensionType
@@ -212,16 +212,16 @@ class _Step:
             st.final_output = message.text or ""
             return Finish(Status.COMPLETED)
         if isinstance(verdict, Accepted | Refused):
-            return self._answered(verdict)
+            return self._answered(message, verdict)
         st.phase = Phase.TOOLS
         return Continue()  # saved by _apply: the calls are recorded before any of them runs
 
-    def _answered(self, verdict: Accepted | Refused) -> Outcome:
+    def _answered(self, message: AiMessage, verdict: Accepted | Refused) -> Outcome:
         """A typed final answer: taken, sent back for a retry, or the turn fails."""
         spec = self.turn.agent.output
         assert spec is not None
         try:
-            after = output.settle(self.turn, spec, verdict)
+            after = output.settle(self.turn, spec, message, verdict)
         except OutputValidationError as exc:
             return self._failure(exc, Phase.MODEL)
         if after == "completed":

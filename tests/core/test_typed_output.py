@@ -183,7 +183,8 @@ def test_plain_text_is_asked_again_for_the_tool(runner: AgentRunner) -> None:
     assert turn.status is AgentTurnStatus.COMPLETED
     prompt = model.requests[1].messages[-1]
     assert isinstance(prompt, UserMessage)
-    assert FINAL_TOOL in prompt.text
+    assert prompt.text.endswith(f"Call {FINAL_TOOL} with the corrected answer as its arguments.")
+    assert "JSON only" not in prompt.text
 
 
 def test_tools_run_before_the_final_answer(runner: AgentRunner) -> None:
