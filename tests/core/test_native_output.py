@@ -13,11 +13,18 @@ import pytest
 from pydantic import BaseModel
 
 import tests.support.chat_server as wire
-from runner_core import Agent, AgentRunner, AgentTurnStatus, OutputValidationError, UserMessage
+from runner_core import (
+    Agent,
+    AgentRunner,
+    AgentTurnOptions,
+    AgentTurnStatus,
+    OutputValidationError,
+    UserMessage,
+)
 from runner_core.models import ModelRequest, OutputSchema, supports_native_output
 from runner_core.models.openai import OpenAIChatModel
 from runner_core.output import FINAL_TOOL
-from tests.support.chat_server import ChatServer
+from tests.support.chat_server import ChatServer, Reply
 
 
 class Forecast(BaseModel):
@@ -118,3 +125,23 @@ def test_a_list_schema_is_wrapped_in_an_object(server: ChatServer, model: OpenAI
     assert agent.output_schema is not None
     assert agent.output_schema.schema["required"] == ["response"]
     assert agent.output_schema.name == "final_result"  # list[int] has no name of its own
+
+
+def test_a_streamed_native_answer_is_validated_whole(
+    server: ChatServer, model: OpenAIChatModel, runner: AgentRunner
+) -> None:
+    server.script(
+        Reply(
+            chunks=[
+                wire.chunk({"role": "assistant", "content": '{"city": "Oslo", '}),
+                wire.chunk({"content": '"celsius": 4}'}),
+                wire.chunk(None, usage=wire.usage(9, 6)),
+            ]
+        )
+    )
+
+    turn = runner.run(forecaster(model), "weather?", options=AgentTurnOptions(streaming=True))
+
+    assert turn.output == Forecast(city="Oslo", celsius=4)
+    assert server.last_body["stream"] is True
+    assert server.last_body["response_format"]["type"] == "json_schema"
