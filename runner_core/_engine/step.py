@@ -193,7 +193,7 @@ class _Step:
         st.usage = st.usage + response.usage
         st.messages.append(message)
         st.pending_tool_calls = list(message.tool_calls)
-        verdict = output.judge(agent.output, message) if agent.output else None
+        verdict = output.judge(agent.output, message) if agent.output is not None else None
         self.k.emit(
             turn,
             E.MODEL_COMPLETED,
@@ -203,7 +203,7 @@ class _Step:
         )
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).
-        final = isinstance(verdict, Accepted) if verdict else not message.tool_calls
+        final = isinstance(verdict, Accepted) if verdict is not None else not message.tool_calls
         if final and self.k.control(turn).cancel_requested:
             return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         if reason := budget.after_model(st, self.policy.budget, self.k.store.now):

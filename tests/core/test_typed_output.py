@@ -364,3 +364,19 @@ def test_a_conversation_goes_on_after_a_typed_answer(
     roles = [m.role for m in replayed]
     assert roles == ["user", "assistant", "tool", "user"]
     assert isinstance(replayed[2], ToolMessage) and replayed[2].call_id == "f1"
+
+
+def test_a_cancel_during_the_answer_wins_and_closes_the_call(
+    runner: AgentRunner, store: InMemoryAgentTurnStore
+) -> None:
+    def answer_and_cancel(request: ModelRequest) -> AiMessage:
+        store.request_cancellation("t-cancel")
+        return final(**GOOD)
+
+    turn = runner.start(quoting(ScriptedModel(answer_and_cancel)), "price?", turn_id="t-cancel")
+    turn = runner.run_until_blocked(turn)
+
+    assert turn.status is AgentTurnStatus.CANCELLED
+    assert turn.output is None and turn.state.output is None
+    closing = next(m for m in turn.messages if isinstance(m, ToolMessage))
+    assert closing.call_id == "f1" and closing.content != "Final answer accepted."
