@@ -20,11 +20,13 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from runner_core.errors import AgentWorkerError
+
+T = TypeVar("T")
 
 
 class Counters(BaseModel):
@@ -64,6 +66,10 @@ class TurnView(BaseModel):
     usage: Usage
     progress: dict[str, Any] | None
     final_output: str | None
+    output: Any = Field(
+        default=None,
+        description="The validated final output as JSON (an agent with an output_type).",
+    )
     error: dict[str, Any] | None
     terminal_reason: str | None
     cancel_requested: bool
@@ -71,6 +77,12 @@ class TurnView(BaseModel):
     children: list[str]
     created_at: float
     updated_at: float
+
+    def output_as(self, output_type: type[T]) -> T | None:
+        """``output`` validated into ``output_type`` (None before the turn completed)."""
+        if self.output is None:
+            return None
+        return TypeAdapter(output_type).validate_python(self.output)
 
 
 class TurnPage(BaseModel):

@@ -6,10 +6,17 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from runner_core.errors import AgentNotFoundError, InvalidArgumentError
+from runner_core.errors import AgentNotFoundError, InvalidArgumentError, InvalidArgumentTypeError
 from runner_core.messages import SystemMessage
 from runner_core.middleware import Middleware
-from runner_core.models.base import AnyChatModel, AsyncChatModel, ChatModel
+from runner_core.models.base import (
+    AnyChatModel,
+    AsyncChatModel,
+    ChatModel,
+    OutputSchema,
+    supports_native_output,
+)
+from runner_core.output import FINAL_TOOL, OutputSpec
 from runner_core.planning import AgentPlanningPolicy, plan_tool_specs
 from runner_core.tools import Tool, as_tool
 
@@ -32,11 +39,17 @@ class Agent:
         middleware: Sequence[Middleware] = (),
         model_settings: dict[str, Any] | None = None,
         deps: Callable[[], Any] | None = None,
+        output_type: Any = None,
+        output_retries: int = 1,
+        output_mode: str = "tool",
     ) -> None:
         """Define an agent.
 
         ``deps``: a zero-argument callable (sync or async) building what its tools share
         (``AgentToolContext.deps``), once per process, never persisted (``runner_core.deps``).
+
+        ``output_type``: a type the final answer is validated into (``turn.output``), asked
+        for by ``output_mode``, refused answers retried ``output_retries`` times (docs/output.md).
         """
         _check(id, model, max_iterations, deps)
         self.id = id
@@ -50,11 +63,15 @@ class Agent:
         self.tool_specs = [t.spec for t in self.tools.values()]
         if isinstance(planning, AgentPlanningPolicy) and planning.enabled:
             self.tool_specs += plan_tool_specs()
+        #: The final output's type, retries and checks (None: the answer is free text).
+        self.output = _output(id, output_type, output_retries, output_mode, model, planning)
+        self.output_schema = _offer_output(self)  # sent with each request (native output)
         self.max_iterations = max_iterations
         self.max_attached_turns = max_attached_turns
         self.max_attached_messages = max_attached_messages
         self.middleware = tuple(middleware)
         self.model_settings = dict(model_settings or {})
+        _check_response_format(id, self.model_settings, self.output)
         #: Builds the agent's per-process dependencies (None: ``ctx.deps`` is None).
         self.deps = deps
 
@@ -76,6 +93,83 @@ def _check(id: str, model: object, max_iterations: int, deps: object) -> None:
     if deps is not None and not callable(deps):
         raise InvalidArgumentError(
             f"agent {id!r}: deps must be a zero-argument callable, not {deps!r}", field="deps"
+        )
+
+
+def _output(
+    agent_id: str,
+    output_type: Any,
+    retries: object,
+    mode: str,
+    model: object,
+    planning: AgentPlanningPolicy | None,
+) -> OutputSpec | None:
+    """The agent's output spec, refusing what could never produce a checked answer."""
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        raise InvalidArgumentTypeError(
+            f"agent {agent_id!r}: output_retries must be an int, not {retries!r}",
+            field="output_retries",
+        )
+    if retries < 0:
+        raise InvalidArgumentError(
+            f"agent {agent_id!r}: output_retries must be >= 0, not {retries}",
+            field="output_retries",
+        )
+    if output_type is None:
+        return None
+    spec = OutputSpec(agent_id, output_type, mode, retries)
+    if spec.mode == "native" and not supports_native_output(model):
+        raise InvalidArgumentError(
+            f"agent {agent_id!r}: output_mode 'native' needs a model with native_output, "
+            f"not {model!r}",
+            field="output_mode",
+        )
+    if (
+        isinstance(planning, AgentPlanningPolicy)
+        and planning.enabled
+        and not planning.final_summary
+    ):
+        raise InvalidArgumentError(
+            f"agent {agent_id!r}: an output_type needs the plan's final_summary "
+            "(the model's last answer is the output)",
+            field="output_type",
+        )
+    return spec
+
+
+def _offer_output(agent: Agent) -> OutputSchema | None:
+    """How the answer is asked for: the native schema, or the final-answer tool added."""
+    output = agent.output
+    if output is None:
+        return None
+    if output.mode == "native":
+        return output.native_schema()
+    if FINAL_TOOL in agent.tools:
+        raise InvalidArgumentError(
+            f"agent {agent.id!r}: a tool is named {FINAL_TOOL!r}, the final-answer tool",
+            field="tools",
+        )
+    agent.tool_specs.append(output.tool_spec())
+    return None
+
+
+def _check_response_format(
+    agent_id: str, settings: dict[str, Any], output: OutputSpec | None
+) -> None:
+    """A class as ``response_format`` belongs in ``output_type``; native output sets its own."""
+    fmt = settings.get("response_format")
+    if fmt is None:
+        return
+    if isinstance(fmt, type):
+        raise InvalidArgumentTypeError(
+            f"agent {agent_id!r}: model_settings['response_format'] takes a dict; "
+            f"pass {fmt.__name__} as output_type to get a validated turn.output",
+            field="model_settings",
+        )
+    if output is not None and output.mode == "native":
+        raise InvalidArgumentError(
+            f"agent {agent_id!r}: output_mode 'native' sets response_format itself",
+            field="model_settings",
         )
 
 

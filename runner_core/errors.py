@@ -118,6 +118,28 @@ class InvalidArgumentTypeError(AgentWorkerError, TypeError):
         self.field = field
 
 
+class OutputValidationError(AgentWorkerError, ValueError):
+    """Raised when a model's final answer still fails the agent's output type after retries.
+
+    ``field`` is the pydantic location of the first error (``"items.0.price"``; None when
+    the answer as a whole was wrong), ``attempts`` how many answers were refused. Never
+    retryable: the retries were the model's.
+    """
+
+    retryable = False
+
+    def __init__(self, turn_id: str, field: str | None, detail: str, attempts: int) -> None:
+        where = f"field {field!r}" if field else "the answer"
+        super().__init__(
+            f"turn {shorten(turn_id)}: final output invalid after {attempts} "
+            f"answer(s), {where}: {detail}"
+        )
+        self.turn_id = turn_id
+        self.field = field
+        self.detail = detail
+        self.attempts = attempts
+
+
 class LoopReentryError(AgentWorkerError, RuntimeError):
     """A blocking call was made on the process event loop's own thread (it would deadlock).
 

@@ -133,6 +133,10 @@ class AgentTurnSnapshot(BaseModel):
     retry_count: int = 0
     usage: Usage = Usage()
     final_output: str | None = None
+    #: The validated final output's JSON form, for an agent with an ``output_type``.
+    output: Any = None
+    #: Answers refused by the output type's validation (bounded by ``output_retries``).
+    output_retry_count: int = 0
     error: ErrorInfo | None = None
     terminal_reason: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -189,6 +193,7 @@ class AgentTurnSnapshot(BaseModel):
                 "messages": list(self.messages) if with_messages else [],
                 "pending_tool_calls": list(self.pending_tool_calls),
                 "metadata": _deep_json_copy(self.metadata),
+                "output": _copy_json(self.output),
                 "approved_call_ids": list(self.approved_call_ids),
                 "rejected_calls": dict(self.rejected_calls),
                 "submitted_inputs": _deep_json_copy(self.submitted_inputs),

@@ -105,6 +105,19 @@ class AgentTurn:
         return self.state.final_output
 
     @property
+    def output(self) -> Any:
+        """The validated final output, an instance of the agent's ``output_type``.
+
+        Rebuilt from its JSON form on each read (after a restore too); None until the turn
+        COMPLETED, and for an agent without an output type.
+        """
+        form = self.state.output
+        spec = self.agent.output
+        if form is None or spec is None:
+            return form
+        return spec.load(form, self.state.id, self.state.agent_version)
+
+    @property
     def error(self) -> BaseException | None:
         """The error that failed or delayed the turn (a ``RestoredError`` after a restore)."""
         if self.live_error is not None:

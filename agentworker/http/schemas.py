@@ -245,6 +245,7 @@ def turn_summary(s: AgentTurnSnapshot, children: list[str] | None = None) -> dic
         },
         "progress": _progress(s),
         "final_output": s.final_output if s.status is AgentTurnStatus.COMPLETED else None,
+        "output": s.output if s.status is AgentTurnStatus.COMPLETED else None,
         "error": s.error.model_dump(mode="json") if s.error else None,
         "terminal_reason": s.terminal_reason,
         "cancel_requested": s.cancel_requested,

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import assert_never
 
-from runner_core._engine import budget
+from runner_core._engine import budget, output
 from runner_core._engine.calls import call_model, checked_message, is_retryable
 from runner_core._engine.children import TaskStart, settle_children, start_tasks
 from runner_core._engine.kernel import EventSpec, TurnKernel
+from runner_core._engine.output import Accepted, Refused
 from runner_core._engine.toolbatch import (
     AskUser,
     AwaitApproval,
@@ -31,9 +32,9 @@ from runner_core._engine.toolbatch import (
     ToolsDone,
 )
 from runner_core.context import UserInputRequested
-from runner_core.errors import ConcurrentModificationError, LeaseLostError
+from runner_core.errors import ConcurrentModificationError, LeaseLostError, OutputValidationError
 from runner_core.events import AgentEventType as E
-from runner_core.messages import ToolCall
+from runner_core.messages import AiMessage, ToolCall
 from runner_core.middleware import chain_model, chain_step
 from runner_core.models.base import ModelRequest
 from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, SuspensionType
@@ -178,6 +179,7 @@ class _Step:
             [*agent.system_messages, *st.messages],
             agent.tool_specs,
             dict(agent.model_settings),
+            agent.output_schema,
         )
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
         try:
@@ -191,25 +193,42 @@ class _Step:
         st.usage = st.usage + response.usage
         st.messages.append(message)
         st.pending_tool_calls = list(message.tool_calls)
+        verdict = output.judge(agent.output, message) if agent.output is not None else None
         self.k.emit(
             turn,
             E.MODEL_COMPLETED,
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
-            tool_calls=[c.name for c in message.tool_calls],
+            **output.event_data(agent.output, message, verdict),
         )
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).
-        final = not message.tool_calls
+        final = isinstance(verdict, Accepted) if verdict is not None else not message.tool_calls
         if final and self.k.control(turn).cancel_requested:
             return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         if reason := budget.after_model(st, self.policy.budget, self.k.store.now):
             return Finish(Status.BUDGET_EXCEEDED, reason)
-        if final:
+        if final and verdict is None:
             st.final_output = message.text or ""
             return Finish(Status.COMPLETED)
+        if isinstance(verdict, Accepted | Refused):
+            return self._answered(message, verdict)
         st.phase = Phase.TOOLS
         return Continue()  # saved by _apply: the calls are recorded before any of them runs
+
+    def _answered(self, message: AiMessage, verdict: Accepted | Refused) -> Outcome:
+        """A typed final answer: taken, sent back for a retry, or the turn fails."""
+        spec = self.turn.agent.output
+        assert spec is not None
+        try:
+            after = output.settle(self.turn, spec, message, verdict)
+        except OutputValidationError as exc:
+            return self._failure(exc, Phase.MODEL)
+        if after == "completed":
+            return Finish(Status.COMPLETED)
+        if after == "tools":
+            self.st.phase = Phase.TOOLS
+        return Continue()  # saved by _apply: the refusal is recorded before the next request
 
     # -- phase TOOLS --------------------------------------------------------------------
     def _tools(self) -> Outcome:

@@ -11,6 +11,7 @@ from runner_core.models.base import (
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    OutputSchema,
     ReasoningDelta,
     StreamDone,
     StreamingChatModel,
@@ -18,6 +19,7 @@ from runner_core.models.base import (
     ToolCallDelta,
     ToolSpec,
     Usage,
+    supports_native_output,
 )
 from runner_core.models.function import INVALID_ARGUMENTS_KEY, FunctionModel, StreamAssembler
 
@@ -46,6 +48,7 @@ __all__ = [
     "ModelResponse",
     "ModelStreamEvent",
     "OpenAIChatModel",
+    "OutputSchema",
     "ReasoningDelta",
     "StreamAssembler",
     "StreamDone",
@@ -54,4 +57,5 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "Usage",
+    "supports_native_output",
 ]

@@ -49,6 +49,19 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class OutputSchema:
+    """The JSON schema a model's answer text must match: native structured output.
+
+    Sent only to a model that declares ``native_output = True`` (see ``ChatModel``).
+    ``schema`` is a JSON object schema; ``name`` is a short identifier for it.
+    """
+
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+
+
 @dataclass(slots=True)
 class ModelRequest:
     """One request to a chat model."""
@@ -56,6 +69,8 @@ class ModelRequest:
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: Answer as JSON text matching this schema (None: free text); docs/output.md.
+    output: OutputSchema | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +131,12 @@ ModelStreamEvent = TextDelta | ReasoningDelta | ToolCallDelta | StreamDone
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """Anything that turns a ``ModelRequest`` into a ``ModelResponse``."""
+    """Anything that turns a ``ModelRequest`` into a ``ModelResponse``.
+
+    Optional capability: a model whose provider constrains the answer text to a JSON
+    schema sets the attribute ``native_output = True`` and honours
+    ``ModelRequest.output``; ``supports_native_output`` reads it.
+    """
 
     def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer one request; raise ``ModelError`` on failure."""
@@ -156,6 +176,11 @@ class AsyncStreamingChatModel(AsyncChatModel, Protocol):
 
 AnyChatModel = ChatModel | AsyncChatModel
 """What an ``Agent`` takes as its model: either protocol (or both)."""
+
+
+def supports_native_output(model: object) -> bool:
+    """Whether the model declares native structured output (``native_output = True``)."""
+    return getattr(model, "native_output", False) is True
 
 
 def prefers_async(model: object) -> bool:

@@ -36,6 +36,7 @@ from runner_core.models.base import (
     ModelRequest,
     ModelResponse,
     ModelStreamEvent,
+    OutputSchema,
     ReasoningDelta,
     StreamDone,
     TextDelta,
@@ -100,6 +101,8 @@ class OpenAIChatModel:
         self.client = _make_client(client, api_key, base_url, timeout)
         #: True over an ``AsyncOpenAI`` client: the runner calls ``agenerate``/``astream``.
         self.prefers_async = isinstance(self.client, openai.AsyncOpenAI)
+        #: ``ModelRequest.output`` is sent as ``response_format`` (type ``json_schema``).
+        self.native_output = True
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={str(self.client.base_url)!r})"
@@ -186,6 +189,8 @@ class OpenAIChatModel:
             "messages": to_wire_messages(request),
         }
         params.update((k, v) for k, v in settings.items() if k in REQUEST_SETTINGS)
+        if request.output is not None:
+            params["response_format"] = to_wire_response_format(request.output)
         if request.tools:
             params["tools"] = [to_wire_tool(spec) for spec in request.tools]
             params.update((k, v) for k, v in settings.items() if k in TOOL_SETTINGS)
@@ -280,6 +285,14 @@ def to_wire_tool(spec: ToolSpec) -> dict[str, Any]:
     if spec.description:
         function["description"] = spec.description
     return {"type": "function", "function": function}
+
+
+def to_wire_response_format(output: OutputSchema) -> dict[str, Any]:
+    """Native structured output as a Chat Completions ``json_schema`` response format."""
+    schema: dict[str, Any] = {"name": output.name, "schema": output.schema}
+    if output.description:
+        schema["description"] = output.description
+    return {"type": "json_schema", "json_schema": schema}
 
 
 # --- the wire -> our messages -------------------------------------------------------------
