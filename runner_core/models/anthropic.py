@@ -47,12 +47,12 @@ CACHE_EPHEMERAL: Mapping[str, Any] = {"type": "ephemeral"}
 """The ``cache_control`` that ``prompt_caching=True`` puts on each breakpoint."""
 
 REQUEST_SETTINGS = frozenset(
-    {
-        "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "metadata",
-        "thinking", "service_tier", "extra_headers", "extra_query", "extra_body",
-    }
-)  # fmt: skip
-"""Keys of ``ModelRequest.settings`` passed to the API; others are for someone else."""
+    {"stop_sequences", "metadata", "thinking", "extra_headers", "extra_query"}
+)
+"""Keys of ``ModelRequest.settings`` passed to ``messages.create``; others are for someone else."""
+
+BODY_SETTINGS = frozenset({"temperature", "top_p", "top_k", "service_tier"})
+"""Settings sent in the request body as they are: SDK releases differ on their arguments."""
 
 TOOL_SETTINGS = frozenset({"tool_choice"})
 """Settings sent only with tools: the API rejects ``tool_choice`` on a request without any."""
@@ -187,6 +187,9 @@ class AnthropicChatModel:
         if system:
             params["system"] = system
         params.update((k, v) for k, v in settings.items() if k in REQUEST_SETTINGS)
+        body = {k: v for k, v in settings.items() if k in BODY_SETTINGS}
+        if body or "extra_body" in settings:
+            params["extra_body"] = {**body, **(settings.get("extra_body") or {})}
         if request.tools:
             params["tools"] = to_wire_tools(request.tools, self.cache_control)
             params.update((k, v) for k, v in settings.items() if k in TOOL_SETTINGS)

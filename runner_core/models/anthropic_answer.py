@@ -48,7 +48,7 @@ THINKING_FIELDS = {
 def dumped(value: Any) -> Any:
     """An SDK object as plain JSON (dicts and lists); plain values as they are."""
     dump = getattr(value, "model_dump", None)
-    return dump(mode="json") if callable(dump) else value
+    return dump(mode="json", warnings=False) if callable(dump) else value
 
 
 class AnswerAssembler:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     #: Runs on the request body; an ``AssertionError`` becomes a 400 answer.
     expect: Expect | None = None
+    #: Seconds to wait before answering (a timeout test).
+    delay: float = 0.0
 
 
 class AnthropicServer:
@@ -99,6 +102,7 @@ def _handler_for(server: AnthropicServer) -> type[BaseHTTPRequestHandler]:
             body = json.loads(raw) if raw else {}
             headers = {k.lower(): v for k, v in self.headers.items()}
             reply = server.take(Received(self.path, headers, body))
+            time.sleep(reply.delay)
             try:
                 if reply.events is not None:
                     self._send_sse(reply)
@@ -195,7 +199,10 @@ def stream_events(
 ) -> list[tuple[str, Any]]:
     """The SSE events streaming ``message(*blocks)``, each block's content in two deltas."""
     body = message_body(*blocks, stop_reason=stop_reason, use=use)
-    start_usage = {**body["usage"], "output_tokens": 1}
+    use = body["usage"]
+    start_usage = {k: v for k, v in use.items() if k != "output_tokens_details"}
+    start_usage["output_tokens"] = 1
+    end_usage = {k: v for k, v in use.items() if k in ("output_tokens", "output_tokens_details")}
     events: list[tuple[str, Any]] = [
         ("message_start", {"type": "message_start",
                            "message": {**body, "content": [], "stop_reason": None,
@@ -207,7 +214,7 @@ def stream_events(
     events.append(
         ("message_delta", {"type": "message_delta",
                            "delta": {"stop_reason": body["stop_reason"], "stop_sequence": None},
-                           "usage": {"output_tokens": body["usage"]["output_tokens"]}})
+                           "usage": end_usage})
     )  # fmt: skip
     events.append(("message_stop", {"type": "message_stop"}))
     return events
