@@ -123,8 +123,8 @@ class AnswerAssembler:
         stop = self._stop_reason
         if calls and stop in CUT_SHORT:
             raise ModelError(
-                f"{PROVIDER}: the answer stopped at {stop} inside the tool call "
-                f"{calls[-1].name!r}; raise max_tokens"
+                f"{PROVIDER}: the answer was cut at {stop} with the tool call "
+                f"{calls[-1].name!r} in it; raise max_tokens"
             )
         if text is None and not calls:
             if stop == "refusal":

@@ -158,6 +158,21 @@ def test_streamed_arguments_that_are_not_an_object_are_kept_raw(
     assert call.arguments == {"__invalid_json__": '{"city": {"city": '}
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_a_tool_call_without_an_id_is_left_for_the_runner_to_name(
+    server: AnthropicServer, model: AnthropicChatModel, streaming: bool
+) -> None:
+    call = {"type": "tool_use", "name": "get_weather", "input": {"city": "Paris"}}
+    server.script((wire.stream if streaming else wire.message)(call))
+
+    if streaming:
+        message = streamed(model, ask(tools=[WEATHER]))[-1].response.message
+    else:
+        message = model.generate(ask(tools=[WEATHER])).message
+
+    assert [(c.id, c.name) for c in message.tool_calls] == [("", "get_weather")]
+
+
 def test_a_text_answer_cut_at_max_tokens_is_kept_and_says_so(
     server: AnthropicServer, model: AnthropicChatModel
 ) -> None:

@@ -240,3 +240,25 @@ def test_a_truncated_stream_is_retried_and_the_turn_completes(server: AnthropicS
     turn = runner.resume(turn.id, AgentResumeCommand.continue_turn())
     assert turn.status is AgentTurnStatus.COMPLETED
     assert turn.final_output == "Clear."
+
+
+def test_a_call_without_an_id_is_named_and_answered_under_that_name(
+    server: AnthropicServer,
+) -> None:
+    # Given an answer whose tool use has no id
+    def same_id_both_ways(body: dict[str, Any]) -> None:
+        [use] = [b for b in assistant(body, 0) if b["type"] == "tool_use"]
+        [result] = body["messages"][2]["content"]
+        assert use["id"] and result["tool_use_id"] == use["id"]
+
+    nameless = {"type": "tool_use", "name": "get_weather", "input": {"city": "Paris"}}
+    server.script(
+        wire.message(FIRST_THOUGHT, nameless),
+        wire.message(wire.text("Clear."), expect=same_id_both_ways),
+    )
+
+    # When the turn runs, the runner names the call, and both sides carry that name
+    turn = AgentRunner().run(weather_agent(server), "Paris?")
+
+    assert server.refused == []
+    assert turn.status is AgentTurnStatus.COMPLETED, turn.error
