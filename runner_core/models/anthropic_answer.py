@@ -110,6 +110,9 @@ class AnswerAssembler:
         data: dict[str, Any] = {"stop_reason": self._stop_reason}
         if thinking:
             data["thinking"] = thinking
+        placement = _calls_before_thinking(blocks)
+        if any(placement):
+            data["thinking_after_calls"] = placement
         reasoning = [b["thinking"] for b in thinking if b.get("thinking")]
         message = AiMessage(
             text=text,
@@ -209,6 +212,18 @@ def _index(event: Mapping[str, Any]) -> int:
     if not isinstance(index, int):
         raise ModelError(f"{PROVIDER}: a {event.get('type')} event without an index", True)
     return index
+
+
+def _calls_before_thinking(blocks: list[Block]) -> list[int]:
+    """For each thinking block, how many tool uses came before it (interleaved thinking)."""
+    placement: list[int] = []
+    calls = 0
+    for block in blocks:
+        if block["type"] == "tool_use":
+            calls += 1
+        elif block["type"] in THINKING_FIELDS:
+            placement.append(calls)
+    return placement
 
 
 def _thinking(block: Block) -> Block:

@@ -139,18 +139,29 @@ def _image_source(part: ImagePart) -> Block:
 
 
 def _assistant_blocks(message: AiMessage) -> list[Block]:
-    """Own thinking blocks first (as they came), then text, then tool uses."""
-    blocks: list[Block] = [
+    """Own thinking blocks first (as they came), then text, then tool uses.
+
+    Thinking that came between tool uses (interleaved thinking) goes back after the same
+    number of tool uses (``thinking_after_calls``).
+    """
+    data = own_data(message.provider_data)
+    thinking = [
         block
-        for block in own_data(message.provider_data).get("thinking", ())
+        for block in data.get("thinking", ())
         if isinstance(block, dict) and block.get("type") in THINKING_TYPES
     ]
+    placement = data.get("thinking_after_calls")
+    if not isinstance(placement, list) or len(placement) != len(thinking):
+        placement = [0] * len(thinking)
+    last = len(message.tool_calls)
+    after = [min(n, last) if isinstance(n, int) else 0 for n in placement]
+    blocks = [block for block, n in zip(thinking, after, strict=True) if n == 0]
     if message.text:
         blocks.append({"type": "text", "text": message.text})
-    blocks.extend(
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": thaw(call.arguments)}
-        for call in message.tool_calls
-    )
+    for number, call in enumerate(message.tool_calls, start=1):
+        arguments = thaw(call.arguments)
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+        blocks.extend(block for block, n in zip(thinking, after, strict=True) if n == number)
     return blocks
 
 

@@ -393,3 +393,26 @@ def test_an_injected_client_is_used_with_its_retries_off(server: AnthropicServer
     assert model_error(lambda: model.generate(ask())).retryable is True
     assert len(server.requests) == 1
     assert "sk-ant-injected" in key_headers(server)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_interleaved_thinking_goes_back_between_the_same_tool_uses(
+    server: AnthropicServer, model: AnthropicChatModel, streaming: bool
+) -> None:
+    # Given an answer that thinks again between its two tool uses
+    later = wire.thinking("Now Oslo.", "sig-oslo")
+    paris = wire.tool_use("toolu_1", "get_weather", {"city": "Paris"})
+    oslo = wire.tool_use("toolu_2", "get_weather", {"city": "Oslo"})
+    server.script((wire.stream if streaming else wire.message)(THOUGHT, paris, later, oslo))
+    server.script(wire.message(wire.text("ok")))
+    if streaming:
+        answer = streamed(model, ask(tools=[WEATHER]))[-1].response.message
+    else:
+        answer = model.generate(ask(tools=[WEATHER])).message
+
+    # When it is sent back with its results
+    results = [ToolMessage(call_id=c.id, name=c.name, content="ok") for c in answer.tool_calls]
+    model.generate(ask(UserMessage("hi"), answer, *results, tools=[WEATHER]))
+
+    # Then its blocks are in the order they came
+    assert server.bodies[1]["messages"][1]["content"] == [THOUGHT, paris, later, oslo]
