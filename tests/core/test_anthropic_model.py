@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Iterator
 from typing import Any
@@ -416,3 +417,21 @@ def test_interleaved_thinking_goes_back_between_the_same_tool_uses(
 
     # Then its blocks are in the order they came
     assert server.bodies[1]["messages"][1]["content"] == [THOUGHT, paris, later, oslo]
+
+
+def test_the_sync_and_async_forms_work_over_either_client(server: AnthropicServer) -> None:
+    reply = (wire.text("ok"),)
+    server.script(*(f(*reply) for f in (wire.message, wire.stream) for _ in range(2)))
+    over_async = AnthropicChatModel(
+        "claude-test", client=anthropic.AsyncAnthropic(api_key="k", base_url=server.base_url)
+    )
+    over_sync = AnthropicChatModel("claude-test", base_url=server.base_url)
+
+    async def drain(model: AnthropicChatModel) -> list[Any]:
+        return [event async for event in model.astream(ask())]
+
+    assert over_async.prefers_async and not over_sync.prefers_async
+    assert over_async.generate(ask()).message.text == "ok"
+    assert asyncio.run(over_sync.agenerate(ask())).message.text == "ok"
+    assert list(over_async.stream(ask()))[-1].response.message.text == "ok"
+    assert asyncio.run(drain(over_sync))[-1].response.message.text == "ok"
