@@ -35,6 +35,14 @@ DELTAS = {
     "tool_use": frozenset({"input_json_delta"}),
 }
 
+#: The field of each delta type that holds its piece (the block's field of the same name).
+DELTA_FIELDS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+    "input_json_delta": "partial_json",
+}
+
 #: Stop reasons that cut the answer short: a tool call in such an answer is incomplete.
 CUT_SHORT = frozenset({"max_tokens", "model_context_window_exceeded"})
 
@@ -66,7 +74,7 @@ class AnswerAssembler:
         content = message.get("content")
         if message.get("type") != "message" or not isinstance(content, list):
             raise ModelError(
-                f"{PROVIDER}: the server answered something else than a message: "
+                f"{PROVIDER}: the server answered something other than a message: "
                 f"{json.dumps(message)[:200]}",
                 retryable=True,
             )
@@ -166,17 +174,21 @@ class AnswerAssembler:
                 f"{PROVIDER}: a delta of unknown type {kind!r} for the {block['type']} "
                 f"block {index}"
             )
+        if kind == "citations_delta":
+            return
+        field = DELTA_FIELDS[kind]
+        piece = delta.get(field)
+        if not isinstance(piece, str):
+            raise ModelError(f"{PROVIDER}: a {kind} without its {field} (block {index})", True)
+        if kind == "input_json_delta":
+            self._json.setdefault(index, []).append(piece)
+            yield ToolCallDelta(index, arguments=piece)
+            return
+        block[field] = (block.get(field) or "") + piece
         if kind == "text_delta":
-            block["text"] = (block.get("text") or "") + delta["text"]
-            yield TextDelta(delta["text"])
+            yield TextDelta(piece)
         elif kind == "thinking_delta":
-            block["thinking"] = (block.get("thinking") or "") + delta["thinking"]
-            yield ReasoningDelta(delta["thinking"])
-        elif kind == "signature_delta":
-            block["signature"] = (block.get("signature") or "") + delta["signature"]
-        elif kind == "input_json_delta":
-            self._json.setdefault(index, []).append(delta.get("partial_json") or "")
-            yield ToolCallDelta(index, arguments=delta.get("partial_json") or "")
+            yield ReasoningDelta(piece)
 
     def _call(self, index: int, block: Block) -> ToolCall:
         """A tool use as our call; a call without an id keeps ``""`` for the runner to name."""

@@ -260,3 +260,17 @@ def test_a_malformed_event_is_retryable(server: AnthropicServer, model: Anthropi
 
     assert err.retryable is True
     assert "malformed" in str(err)
+
+
+def test_a_delta_without_its_piece_is_retryable(
+    server: AnthropicServer, model: AnthropicChatModel
+) -> None:
+    events = wire.stream_events(wire.text("Hello"))
+    events[3] = ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "text_delta"}})  # fmt: skip
+    server.script(Reply(events=events))
+
+    err = model_error(lambda: list(model.stream(ask())))
+
+    assert err.retryable is True
+    assert "text_delta without its text" in str(err)
