@@ -51,7 +51,7 @@ REQUEST_SETTINGS = frozenset(
 )
 """Keys of ``ModelRequest.settings`` passed to ``messages.create``; others are for someone else."""
 
-BODY_SETTINGS = frozenset({"temperature", "top_p", "top_k", "service_tier"})
+BODY_SETTINGS = frozenset({"temperature", "top_p", "top_k", "service_tier", "output_config"})
 """Settings sent in the request body as they are: SDK releases differ on their arguments."""
 
 TOOL_SETTINGS = frozenset({"tool_choice"})
@@ -188,12 +188,28 @@ class AnthropicChatModel:
             params["system"] = system
         params.update((k, v) for k, v in settings.items() if k in REQUEST_SETTINGS)
         body = {k: v for k, v in settings.items() if k in BODY_SETTINGS}
+        output_format = _output_format(settings.get("response_format"))
+        if output_format is not None:
+            body["output_config"] = {**(body.get("output_config") or {}), "format": output_format}
         if body or "extra_body" in settings:
             params["extra_body"] = {**body, **(settings.get("extra_body") or {})}
         if request.tools:
             params["tools"] = to_wire_tools(request.tools, self.cache_control)
             params.update((k, v) for k, v in settings.items() if k in TOOL_SETTINGS)
         return params
+
+
+def _output_format(response_format: Any) -> dict[str, Any] | None:
+    """An OpenAI-style ``json_schema`` response format as Anthropic's output format.
+
+    Other formats (``json_object``, ``text``) have no Anthropic counterpart and are left out.
+    """
+    if not isinstance(response_format, Mapping) or response_format.get("type") != "json_schema":
+        return None
+    wrapped = response_format.get("json_schema")
+    schema = wrapped.get("schema") if isinstance(wrapped, Mapping) else None
+    schema = response_format.get("schema", schema)
+    return {"type": "json_schema", "schema": dict(schema)} if isinstance(schema, Mapping) else None
 
 
 def _max_tokens(settings: Mapping[str, Any]) -> int:

@@ -435,3 +435,23 @@ def test_the_sync_and_async_forms_work_over_either_client(server: AnthropicServe
     assert asyncio.run(over_sync.agenerate(ask())).message.text == "ok"
     assert list(over_async.stream(ask()))[-1].response.message.text == "ok"
     assert asyncio.run(drain(over_sync))[-1].response.message.text == "ok"
+
+
+def test_a_json_schema_response_format_becomes_the_output_format(
+    server: AnthropicServer, model: AnthropicChatModel
+) -> None:
+    server.script(*(wire.message(wire.text('{"city": "Paris"}')) for _ in range(3)))
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    openai_style = {"type": "json_schema", "json_schema": {"name": "City", "schema": schema}}
+
+    model.generate(ask(settings={"response_format": openai_style}))
+    model.generate(
+        ask(settings={"response_format": openai_style, "output_config": {"effort": "low"}})
+    )
+    model.generate(ask(settings={"response_format": {"type": "json_object"}}))
+
+    first, second, third = server.bodies
+    assert first["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    assert second["output_config"]["effort"] == "low"
+    assert second["output_config"]["format"]["schema"] == schema
+    assert "output_config" not in third and "response_format" not in third
