@@ -24,11 +24,16 @@ from runner_core.models.base import (
 from runner_core.models.function import INVALID_ARGUMENTS_KEY, FunctionModel, StreamAssembler
 
 if TYPE_CHECKING:
+    from runner_core.models.anthropic import AnthropicChatModel
     from runner_core.models.openai import OpenAIChatModel
 
 
 def __getattr__(name: str) -> Any:
-    # The OpenAI adapter imports the openai SDK; load it only when asked for.
+    # The adapters import their SDKs; load one only when asked for.
+    if name == "AnthropicChatModel":
+        from runner_core.models.anthropic import AnthropicChatModel
+
+        return AnthropicChatModel
     if name == "OpenAIChatModel":
         from runner_core.models.openai import OpenAIChatModel
 
@@ -37,6 +42,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AnthropicChatModel",
     "INVALID_ARGUMENTS_KEY",
     "AnyChatModel",
     "AsyncChatModel",
