@@ -51,6 +51,14 @@ from runner_core.tools import (
 from runner_core.turn import AgentTurn
 
 
+def call_timing(started_at: float, clock: float) -> dict[str, float]:
+    """When a call started (Unix seconds) and how long it took (ms), for its event's data."""
+    return {
+        "started_at": round(started_at, 3),
+        "duration_ms": round((time.monotonic() - clock) * 1000, 1),
+    }
+
+
 def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:
     """Ask the turn's model once (inside its span when traced), its answer within limits."""
     if turn.trace is tracing.ON:

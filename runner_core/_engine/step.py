@@ -15,7 +15,7 @@ from functools import partial
 from typing import assert_never
 
 from runner_core._engine import budget
-from runner_core._engine.calls import call_model, checked_message, is_retryable
+from runner_core._engine.calls import call_model, call_timing, checked_message, is_retryable
 from runner_core._engine.children import TaskStart, settle_children, start_tasks
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolbatch import (
@@ -40,6 +40,7 @@ from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, Suspe
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
 from runner_core.status import move
+from runner_core.telemetry import model_name
 from runner_core.turn import AgentStepResult, AgentTurn
 
 
@@ -180,6 +181,7 @@ class _Step:
             dict(agent.model_settings),
         )
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
+        started_at, clock = time.time(), time.monotonic()
         try:
             response = chain_model(
                 self.k.middleware(turn), turn, partial(call_model, self.k, turn)
@@ -197,6 +199,10 @@ class _Step:
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
             tool_calls=[c.name for c in message.tool_calls],
+            **call_timing(started_at, clock),
+            cached_input_tokens=response.usage.cached_input_tokens,
+            reasoning_tokens=response.usage.reasoning_tokens,
+            model=model_name(agent.model, request.settings),
         )
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).
