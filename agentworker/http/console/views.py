@@ -298,7 +298,7 @@ def turn_body(
         f"<p>Status {status_badge(s.status)} phase <b>{_e(s.phase.value)}</b> · "
         f"agent {_e(s.agent_id)} · v{s.version}</p>{result}{waiting}"
         '<h2>Tree</h2><table class="tree"><thead><tr><th>turn</th><th>status</th>'
-        "<th>phase</th><th>usage (tokens)</th><th>duration · steps</th><th>plan</th>"
+        "<th>phase</th><th>tokens (with children)</th><th>duration · steps</th><th>plan</th>"
         "<th>transcript</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )

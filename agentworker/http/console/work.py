@@ -134,12 +134,17 @@ def _clock(seconds: float) -> str:
 def usage_table(
     tree: Sequence[tuple[int, AgentTurnSnapshot]], totals: dict[str, Totals], current: str
 ) -> str:
-    """Tokens and cost per turn of the tree and for the whole tree."""
+    """Tokens and cost per turn of the tree (its own model calls) and for the whole tree.
+
+    From the committed events; without them (a store that keeps none), from the turns'
+    counters, where a parent's include its children's, so the tree is the root's.
+    """
     rows, whole = [], Totals()
     for depth, t in tree:
         got = totals.get(t.id, Totals())
-        usage = t.usage if t.usage.total_tokens else got.usage
-        whole.usage = whole.usage + usage
+        usage = got.usage if totals else t.usage
+        if totals or depth == 0:
+            whole.usage = whole.usage + usage
         if got.cost is not None:
             whole.cost = (whole.cost or 0.0) + got.cost
         mark = ' class="current"' if t.id == current else ""
