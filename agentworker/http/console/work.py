@@ -64,6 +64,8 @@ def duration(seconds: float | None) -> str:
     """``12 ms``, ``3.4 s``, ``5 min 2 s``; empty when unknown."""
     if seconds is None:
         return ""
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
