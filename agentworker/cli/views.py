@@ -68,10 +68,10 @@ def turns_table(rows: list[tuple[TurnSummary, AgentTurnSnapshot | None]], wide: 
     """The ``turns list`` table: all columns when ``wide``, else what fits 80 columns."""
     if wide:
         return _wide_table(rows)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("turn", no_wrap=True)
-    table.add_column("agent", overflow="fold", max_width=14)
-    table.add_column("status", overflow="fold")
+    table.add_column("agent", overflow="ellipsis", no_wrap=True, max_width=16)
+    table.add_column("status", no_wrap=True)
     table.add_column("updated", no_wrap=True)
     table.add_column("waiting for", overflow="fold", ratio=1)
     for row, snapshot in rows:
