@@ -15,6 +15,8 @@ from runner_core import AgentTurnSnapshot, AgentTurnStatus, Usage
 
 #: Bodies longer than this are folded (the first lines shown, the rest behind a toggle).
 FOLD_CHARS = 600
+#: A transcript longer than both is drawn as its first and last messages and a note.
+KEEP_FIRST, KEEP_LAST = 50, 300
 #: Waterfall rows per page: a tree of 10,000 events is read once, but drawn a page at a time.
 PAGE_ROWS = 200
 
@@ -32,10 +34,27 @@ def transcript(items: Sequence[Entry]) -> str:
             '<details class="system"><summary>system instructions</summary>'
             f'<ol class="messages">{inner}</ol></details>'
         )
-    lines = "".join(f'<li class="entry {i.kind}">{_entry(i)}</li>' for i in rest)
+    lines = "".join(_item(i, len(rest)) for i in _shown(rest))
     if not rest:
         lines = '<li class="empty">no messages yet</li>'
     return f'{top}{hidden}<ol class="messages">{lines}</ol>'
+
+
+def _shown(rest: Sequence[Entry]) -> list[Entry | None]:
+    """The entries drawn: all, or the first and the last with a gap (None) between."""
+    if len(rest) <= KEEP_FIRST + KEEP_LAST:
+        return list(rest)
+    return [*rest[:KEEP_FIRST], None, *rest[-KEEP_LAST:]]
+
+
+def _item(i: Entry | None, total: int) -> str:
+    if i is None:
+        cut = total - KEEP_FIRST - KEEP_LAST
+        return (
+            f'<li class="cut note">{cut} messages not shown here '
+            "(<code>agentworker turns show</code> prints them all)</li>"
+        )
+    return f'<li class="entry {i.kind}">{_entry(i)}</li>'
 
 
 def _entry(i: Entry) -> str:
