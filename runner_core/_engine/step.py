@@ -15,7 +15,7 @@ from functools import partial
 from typing import assert_never
 
 from runner_core._engine import budget
-from runner_core._engine.calls import call_model, call_timing, checked_message, is_retryable
+from runner_core._engine.calls import call_model, checked_message, is_retryable, model_call_facts
 from runner_core._engine.children import TaskStart, settle_children, start_tasks
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolbatch import (
@@ -40,7 +40,6 @@ from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, Suspe
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
 from runner_core.status import move
-from runner_core.telemetry import model_name
 from runner_core.turn import AgentStepResult, AgentTurn
 
 
@@ -199,10 +198,7 @@ class _Step:
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
             tool_calls=[c.name for c in message.tool_calls],
-            **call_timing(started_at, clock),
-            cached_input_tokens=response.usage.cached_input_tokens,
-            reasoning_tokens=response.usage.reasoning_tokens,
-            model=model_name(agent.model, request.settings),
+            **model_call_facts(response.usage, started_at, clock, agent.model, request),
         )
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from runner_core._engine import budget
 from runner_core._engine.calls import call_timing, invoke_tool
@@ -358,7 +359,7 @@ class ToolBatch:
         )
         self._answer(call, message)
 
-    def _timing(self, call: ToolCall) -> dict[str, float]:
+    def _timing(self, call: ToolCall) -> dict[str, Any]:
         """``started_at`` and ``duration_ms`` of a call started in this step (else none)."""
         clock = self.clocks.get(call.id)
         return call_timing(*clock) if clock is not None else {}
