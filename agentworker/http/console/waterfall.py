@@ -100,45 +100,21 @@ def _seconds(data: Any) -> float | None:
 
 
 def _row(
-    event: AgentEvent,
-    data: Any,
-    step: int,
-    step_start: dict[int, float],
-    prices: Prices,
+    event: AgentEvent, data: Any, step: int, step_start: dict[int, float], prices: Prices
 ) -> Row | None:
+    """The row an event makes, if any (most events make none)."""
     kind = event.type
     if kind is E.STEP_COMPLETED:
         start = step_start.get(step, event.occurred_at)
         return Row("step", f"step {step}", start, event.occurred_at - start, step=step)
     if kind is E.MODEL_COMPLETED:
-        usage, model = usage_of(data), str(data.get("model") or "")
-        calls = ", ".join(str(c) for c in data.get("tool_calls") or ())
-        outcome = f"calls {calls}" if calls else "answer"
-        return Row(
-            "model",
-            f"model {model}".strip(),
-            _started(event),
-            _seconds(data),
-            outcome,
-            usage=usage,
-            cost=prices.cost(model, usage),
-            step=step,
-        )
+        return _model_row(event, data, step, prices)
     if kind in (E.TOOL_COMPLETED, E.TOOL_FAILED):
-        failed = kind is E.TOOL_FAILED
-        error = data.get("error") or {}
-        detail = f"{error.get('type', '')}: {error.get('message', '')}" if error else ""
-        return Row(
-            "tool",
-            f"tool {data.get('tool', '?')}",
-            _started(event),
-            _seconds(data),
-            "error" if failed else "ok",
-            detail or str(data.get("content") or "")[:200],
-            step=step,
-        )
+        outcome = "error" if kind is E.TOOL_FAILED else "ok"
+        detail = _error(data) or str(data.get("content") or "")[:200]
+        label = f"tool {data.get('tool', '?')}"
+        return Row("tool", label, _started(event), _seconds(data), outcome, detail, step=step)
     if kind is E.RETRY_SCHEDULED:
-        error = data.get("error") or {}
         due = data.get("next_runnable_at")
         return Row(
             "retry",
@@ -146,21 +122,35 @@ def _row(
             event.occurred_at,
             0.0,
             "next attempt",
-            f"{error.get('type', '')}: {error.get('message', '')}",
+            _error(data),
             step=step,
             due=float(due) if isinstance(due, int | float) else None,
         )
     if kind in TERMINAL_EVENTS:
-        error = data.get("error") or {}
-        detail = f"{error.get('type', '')}: {error.get('message', '')}" if error else ""
-        return Row(
-            "end",
-            kind.value,
-            event.occurred_at,
-            0.0,
-            detail=detail or str(data.get("reason") or ""),
-        )
+        detail = _error(data) or str(data.get("reason") or "")
+        return Row("end", kind.value, event.occurred_at, 0.0, detail=detail)
     return None
+
+
+def _model_row(event: AgentEvent, data: Any, step: int, prices: Prices) -> Row:
+    usage, model = usage_of(data), str(data.get("model") or "")
+    calls = ", ".join(str(c) for c in data.get("tool_calls") or ())
+    return Row(
+        "model",
+        f"model {model}".strip(),
+        _started(event),
+        _seconds(data),
+        f"calls {calls}" if calls else "answer",
+        usage=usage,
+        cost=prices.cost(model, usage),
+        step=step,
+    )
+
+
+def _error(data: Any) -> str:
+    """``type: message`` of the event's error; empty without one."""
+    error = data.get("error") or {}
+    return f"{error.get('type', '')}: {error.get('message', '')}" if error else ""
 
 
 def totals(events: Iterable[AgentEvent], prices: Prices) -> dict[str, Totals]:
