@@ -23,8 +23,8 @@ from agentworker.settings import Settings
 from runner_core import AgentTurnSnapshot, AgentTurnStatus
 from runner_core.store import AgentTurnStore
 
-#: Turns read to count statuses by (the newest the caller may see).
-COUNTED = 500
+#: Turns read to count statuses by (the newest the caller may see; a list page's most).
+COUNTED = 200
 #: Rows in the "waiting longest" and "latest failures" lists.
 SHOWN = 10
 WAITING = (
@@ -114,8 +114,8 @@ def _samples(text: str) -> dict[str, float]:
 def read(store: AgentTurnStore, caller: Caller, fleet: FleetReader) -> Overview:
     """Gather the page from the store (and the metrics endpoint, for operators)."""
     tenant = None if caller.every_tenant else caller.tenant
-    newest = list_page(store, ListQuery(limit=200), tenant, store.load).turns
-    statuses = Counter(s.status.value for s in newest[:COUNTED])
+    newest = list_page(store, ListQuery(limit=COUNTED), tenant, store.load).turns
+    statuses = Counter(s.status.value for s in newest)
     waiting: list[AgentTurnSnapshot] = []
     for status in WAITING:
         waiting += list_page(store, ListQuery(status=status, limit=50), tenant, store.load).turns

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 
@@ -212,8 +211,3 @@ def actions(caller: Caller, s: AgentTurnSnapshot, base_url: str) -> str:
         f'<div class="turn-actions">{"".join(parts)}<p class="error" hidden></p>'
         f'<div class="copies">{copies}<code class="copied" hidden></code></div></div>'
     )
-
-
-def json_of(value: object) -> str:
-    """Compact JSON for a data attribute."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

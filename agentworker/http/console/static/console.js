@@ -5,6 +5,7 @@
 
 const CONSOLE_HEADER = { "x-agentworker-console": "1" };
 const POLL_MS = 2000;
+const REFRESH_MS = 500;
 
 async function refresh(el) {
   const response = await fetch(el.dataset.live || el.dataset.refresh, { credentials: "same-origin" });
@@ -46,7 +47,7 @@ function refreshAll() {
     for (const el of document.querySelectorAll("[data-live], [data-refresh]")) {
       refresh(el).catch(() => {});
     }
-  }, 250);
+  }, REFRESH_MS);
 }
 
 function layout(root) {
