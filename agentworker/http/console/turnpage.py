@@ -99,12 +99,11 @@ def body_of(caller: Caller, v: TurnView, base_url: str) -> str:
 
 
 def _tree_extra(v: TurnView) -> dict[str, str]:
-    """Per turn of the tree: duration and steps, for its row."""
+    """Per turn of the tree: how long it ran (so far, while it lives) and its steps."""
     out = {}
     for _, t in v.tree:
-        end = t.updated_at if t.status.is_terminal else None
-        seconds = (end - t.created_at) if end is not None else None
-        out[t.id] = f"{work.duration(seconds)} · {t.step_count} steps"
+        steps = f"{t.step_count} step" + ("" if t.step_count == 1 else "s")
+        out[t.id] = f"{work.duration(views.turn_seconds(t))} · {steps}"
     return out
 
 

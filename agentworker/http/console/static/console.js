@@ -280,6 +280,7 @@ function running(data) {
     cell.textContent = text;
     row.append(cell);
   }
+  for (const empty of rows.querySelectorAll("td.empty")) empty.parentElement.remove();
   rows.append(row);
 }
 
