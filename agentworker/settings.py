@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     #: The address the metrics port listens on.
     metrics_addr: str = "127.0.0.1"
+    #: Prices per model for the console's cost column: a JSON object, or the path of a
+    #: JSON file, mapping a model name to USD per million tokens, e.g.
+    #: ``{"gpt-4o": {"input": 2.5, "cached_input": 1.25, "output": 10}}`` (docs/console.md).
+    prices: str | None = None
     #: ``json``: workers, beat and the HTTP app log one JSON object per line.
     log_format: Literal["text", "json"] = "text"
     #: The library's size limits (docs/limits.md), in bytes: a new turn's input; the

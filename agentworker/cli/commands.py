@@ -23,8 +23,10 @@ from rich.tree import Tree
 
 from agentworker.cli.remote import remote
 from agentworker.cli.views import (
+    WIDE_COLUMNS,
     status_markup,
     summary_json,
+    transcript_text,
     turn_json,
     turn_label,
     turns_table,
@@ -154,6 +156,9 @@ def list_turns(
     conversation: Annotated[str | None, typer.Option(help="Only this conversation.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every column and whole ids (else: fits 80 columns).")
+    ] = False,
 ) -> None:
     """List turns, newest first, with their times and what the blocked ones wait for."""
     store = _runner().store
@@ -174,7 +179,7 @@ def list_turns(
     if as_json:
         _print_json([summary_json(r, s) for r, s in with_snapshots])
     else:
-        console.print(turns_table(with_snapshots))
+        console.print(turns_table(with_snapshots, wide or console.width >= WIDE_COLUMNS))
 
 
 @turns.command("quarantined")
@@ -203,8 +208,11 @@ def quarantined(
 def show(
     turn_id: str,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tree as JSON.")] = False,
+    transcript: Annotated[
+        bool, typer.Option(help="Print the turn's messages, as the console shows them.")
+    ] = True,
 ) -> None:
-    """A turn and its children: status, phase, usage, times, what it waits for."""
+    """A turn and its children (status, phase, usage, times, what it waits for); its messages."""
     runner = _runner()
     root = runner.store.load(turn_id)
     if as_json:
@@ -213,8 +221,19 @@ def show(
     tree = Tree(turn_label(root))
     _add_children(runner, tree, root.id)
     console.print(tree)
+    if transcript:
+        console.print("[bold]transcript:[/]")
+        console.print(transcript_text(root, _instructions(runner, root)), soft_wrap=True)
     if root.final_output:
         console.print(f"[bold]final output:[/] {escape(root.final_output)}")
+
+
+def _instructions(runner: AgentRunner, s: AgentTurnSnapshot) -> str:
+    """The agent's system instructions, when this process can load the agent."""
+    try:
+        return runner.loader.load(s.agent_id, s.agent_version).instructions
+    except AgentWorkerError:
+        return ""
 
 
 def _tree_json(runner: AgentRunner, s: AgentTurnSnapshot) -> dict[str, Any]:

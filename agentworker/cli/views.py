@@ -7,9 +7,11 @@ import time
 from datetime import datetime
 from typing import Any
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from agentworker.ops.transcript import as_text, entries
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, SuspensionType
 from runner_core.resume import waiting_calls
 from stores.redis import TurnSummary
@@ -56,8 +58,35 @@ def waiting_for(snapshot: AgentTurnSnapshot | None) -> str:
     return s.message
 
 
-def turns_table(rows: list[tuple[TurnSummary, AgentTurnSnapshot | None]]) -> Table:
-    """The ``turns list`` table."""
+#: Characters of a turn id the narrow table shows (as the console does).
+SHORT_ID = 12
+#: A terminal at least this wide gets the wide table without asking.
+WIDE_COLUMNS = 160
+
+
+def turns_table(rows: list[tuple[TurnSummary, AgentTurnSnapshot | None]], wide: bool) -> Table:
+    """The ``turns list`` table: all columns when ``wide``, else what fits 80 columns."""
+    if wide:
+        return _wide_table(rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("turn", no_wrap=True)
+    table.add_column("agent", overflow="ellipsis", no_wrap=True, max_width=16)
+    table.add_column("status", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    table.add_column("waiting for", overflow="fold", ratio=1)
+    for row, snapshot in rows:
+        cancelling = " (cancelling)" if row.cancel_requested else ""
+        table.add_row(
+            row.turn_id[:SHORT_ID] + ("↳" if row.parent_turn_id else ""),
+            escape(row.agent_id),
+            status_markup(row.status) + cancelling,
+            clock(row.updated_at),
+            escape(waiting_for(snapshot)),
+        )
+    return table
+
+
+def _wide_table(rows: list[tuple[TurnSummary, AgentTurnSnapshot | None]]) -> Table:
     table = Table()
     columns = ("turn", "agent", "status", "v", "created", "updated", "waiting for", "leased by")
     for column in columns:
@@ -135,6 +164,11 @@ def turn_json(s: AgentTurnSnapshot, children: list[dict[str, Any]]) -> dict[str,
         "terminal_reason": s.terminal_reason,
         "children": children,
     }
+
+
+def transcript_text(s: AgentTurnSnapshot, instructions: str = "") -> str:
+    """The turn's transcript, as the console's turn page shows it (markup escaped)."""
+    return escape(as_text(entries(s, instructions)))
 
 
 def turn_label(s: AgentTurnSnapshot) -> str:

@@ -36,9 +36,11 @@ from runner_core.models.base import (
     StreamingChatModel,
     TextDelta,
     ToolCallDelta,
+    Usage,
     prefers_async,
 )
 from runner_core.policy import AgentLimits, text_size
+from runner_core.telemetry import model_name
 from runner_core.tools import (
     AwaitableResultError,
     Tool,
@@ -49,6 +51,26 @@ from runner_core.tools import (
     timeout_message,
 )
 from runner_core.turn import AgentTurn
+
+
+def call_timing(started_at: float, clock: float) -> dict[str, Any]:
+    """When a call started (Unix seconds) and how long it took (ms), for its event's data."""
+    return {
+        "started_at": round(started_at, 3),
+        "duration_ms": round((time.monotonic() - clock) * 1000, 1),
+    }
+
+
+def model_call_facts(
+    usage: Usage, started_at: float, clock: float, model: object, request: ModelRequest
+) -> dict[str, Any]:
+    """What MODEL_COMPLETED adds to its token counts: timing, cache and reasoning, model."""
+    return {
+        **call_timing(started_at, clock),
+        "cached_input_tokens": usage.cached_input_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+        "model": model_name(model, request.settings),
+    }
 
 
 def call_model(k: TurnKernel, turn: AgentTurn, request: ModelRequest) -> ModelResponse:

@@ -15,7 +15,7 @@ from functools import partial
 from typing import assert_never
 
 from runner_core._engine import budget, output
-from runner_core._engine.calls import call_model, checked_message, is_retryable
+from runner_core._engine.calls import call_model, checked_message, is_retryable, model_call_facts
 from runner_core._engine.children import TaskStart, settle_children, start_tasks
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.output import Accepted, Refused
@@ -182,6 +182,7 @@ class _Step:
             agent.output_schema,
         )
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
+        started_at, clock = time.time(), time.monotonic()
         try:
             response = chain_model(
                 self.k.middleware(turn), turn, partial(call_model, self.k, turn)
@@ -200,6 +201,7 @@ class _Step:
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
             **output.event_data(agent.output, message, verdict),
+            **model_call_facts(response.usage, started_at, clock, agent.model, request),
         )
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from runner_core._engine import budget
-from runner_core._engine.calls import invoke_tool
+from runner_core._engine.calls import call_timing, invoke_tool
 from runner_core._engine.children import is_plan_call, planning_policy, store_plan
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolthreads import TOOL_THREADS
@@ -203,6 +204,8 @@ class ToolBatch:
         self.end: BatchEnd | None = None
         #: Calls started in this step (the first always starts, whatever time is left).
         self.started = 0
+        #: When each call started: Unix seconds and the monotonic clock, for its event.
+        self.clocks: dict[str, tuple[float, float]] = {}
 
     def run(self) -> BatchEnd:
         """Work through the plan; answer, run or set aside each call; say how it ended."""
@@ -275,6 +278,7 @@ class ToolBatch:
 
     def _started(self, call: ToolCall) -> None:
         self.started += 1
+        self.clocks[call.id] = (time.time(), time.monotonic())
         self.k.emit(
             self.turn, E.TOOL_STARTED, call_id=call.id, tool=call.name, arguments=call.arguments
         )
@@ -351,8 +355,14 @@ class ToolBatch:
             tool=call.name,
             is_error=message.is_error,
             content=message.content[:500],
+            **self._timing(call),
         )
         self._answer(call, message)
+
+    def _timing(self, call: ToolCall) -> dict[str, Any]:
+        """``started_at`` and ``duration_ms`` of a call started in this step (else none)."""
+        clock = self.clocks.get(call.id)
+        return call_timing(*clock) if clock is not None else {}
 
     def _failed(self, call: ToolCall, exc: Exception) -> None:
         """A tool raised: its error goes back to the model, or stops the phase, by policy.
@@ -366,6 +376,7 @@ class ToolBatch:
             call_id=call.id,
             tool=call.name,
             error=ErrorInfo.of(exc).model_dump(),
+            **self._timing(call),
         )
         to_model = self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL"
         if to_model and not isinstance(exc, ToolCallAbortedError):
@@ -383,6 +394,7 @@ class ToolBatch:
             call_id=call.id,
             tool=call.name,
             error={"type": kind, "message": message},
+            **self._timing(call),
         )
         content = error_content(kind, message, tool=call.name)
         self._answer(

@@ -21,12 +21,16 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agentworker.http.auth import COOKIE_NAME, Caller
-from agentworker.http.console import views
+from agentworker.http.console import overview, turnpage, views, work
+from agentworker.http.console.waterfall import rows_of
 from agentworker.http.errors import ApiError, retry_after
 from agentworker.http.guard import caller_of
 from agentworker.http.listing import ListQuery, Page, list_page
 from agentworker.http.throttle import client_of
+from agentworker.ops.costs import prices_of
+from agentworker.ops.transcript import entries
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, TurnNotFoundError
+from stores.redis import AsyncEventStreams, Keyspace
 
 if TYPE_CHECKING:
     from agentworker.http.api import TurnsApi
@@ -43,6 +47,8 @@ class Console:
 
     def __init__(self, api: TurnsApi) -> None:
         self.api = api
+        self.prices = prices_of(api.settings.prices)
+        self.fleet = overview.FleetReader(api.settings)
 
     async def login_form(self, request: Request) -> Response:
         """``GET /console/login``."""
@@ -88,15 +94,17 @@ class Console:
         """``GET /console``: the inbox and the turns list."""
         caller = caller_of(request)
         query = ListQuery.of(_list_params(request))
+        sort = request.query_params.get("sort", "")
         inbox, page = await run_in_threadpool(self._home, caller, query)
-        return _html(views.home(caller, query, inbox, page.turns, page.next_cursor))
+        return _html(views.home(caller, query, inbox, page.turns, page.next_cursor, sort))
 
     async def turns_fragment(self, request: Request) -> Response:
         """``GET /console/fragments/turns``: the list's rows, for live status."""
         caller = caller_of(request)
         query = ListQuery.of(_list_params(request))
+        sort = request.query_params.get("sort", "")
         _, page = await run_in_threadpool(self._home, caller, query, False)
-        return _html(views.turn_rows(page.turns, page.next_cursor, query))
+        return _html(views.turn_rows(page.turns, page.next_cursor, query, sort))
 
     async def inbox_fragment(self, request: Request) -> Response:
         """``GET /console/fragments/inbox``."""
@@ -105,19 +113,72 @@ class Console:
         return _html(views.inbox(caller, inbox))
 
     async def turn(self, request: Request) -> Response:
-        """``GET /console/turns/{id}``: the tree, what it waits for, the live timeline."""
+        """``GET /console/turns/{id}``: what the turn did and does, live."""
         caller = caller_of(request)
         turn_id = request.path_params["turn_id"]
         snapshot = await self.api.turn(caller, turn_id)
-        tree = await run_in_threadpool(self._tree, caller, snapshot.root_turn_id)
-        return _html(views.turn_page(caller, snapshot, tree))
+        after = await self._stream_end(snapshot.root_turn_id)
+        view = await run_in_threadpool(self._view, caller, snapshot)
+        if not view.recent:
+            after = "0-0"  # a store that keeps no events: the stream tells them all
+        base = str(request.base_url).rstrip("/")
+        return _html(turnpage.page(caller, view, _page_of(request), after, base))
 
     async def turn_fragment(self, request: Request) -> Response:
-        """``GET /console/fragments/turns/{id}``: the tree and the waiting part again."""
+        """``GET /console/fragments/turns/{id}``: status, actions, tree and usage again."""
         caller = caller_of(request)
         snapshot = await self.api.turn(caller, request.path_params["turn_id"])
-        tree = await run_in_threadpool(self._tree, caller, snapshot.root_turn_id)
-        return _html(views.turn_body(caller, snapshot, tree))
+        view = await run_in_threadpool(self._view, caller, snapshot)
+        base = str(request.base_url).rstrip("/")
+        return _html(turnpage.body_of(caller, view, base))
+
+    async def transcript_fragment(self, request: Request) -> Response:
+        """``GET /console/fragments/turns/{id}/transcript``."""
+        caller = caller_of(request)
+        snapshot = await self.api.turn(caller, request.path_params["turn_id"])
+        runner = self.api.runner
+        instructions = await run_in_threadpool(turnpage.instructions_of, runner, snapshot)
+        return _html(work.transcript(entries(snapshot, instructions)))
+
+    async def waterfall_fragment(self, request: Request) -> Response:
+        """``GET /console/fragments/turns/{id}/waterfall?page=n``."""
+        caller = caller_of(request)
+        snapshot = await self.api.turn(caller, request.path_params["turn_id"])
+
+        def rows() -> str:
+            store = self.api.runner.store
+            events = store.read_events(snapshot.root_turn_id, turnpage.MAX_EVENTS)
+            own = [e for e in events if e.turn_id == snapshot.id]
+            found = rows_of(own, self.prices, store.now())
+            live = not snapshot.status.is_terminal
+            return work.waterfall(snapshot.id, found, _page_of(request), live)
+
+        return _html(await run_in_threadpool(rows))
+
+    async def overview(self, request: Request) -> Response:
+        """``GET /console/overview``: counts, the longest waits, failures, fleet figures."""
+        caller = caller_of(request)
+        store = self.api.runner.store
+        found = await run_in_threadpool(overview.read, store, caller, self.fleet)
+        now = await run_in_threadpool(store.now)
+        return _html(overview.page(caller, found, now))
+
+    def _view(self, caller: Caller, snapshot: AgentTurnSnapshot) -> turnpage.TurnView:
+        tree = self._tree(caller, snapshot.root_turn_id)
+        return turnpage.read(self.api.runner, snapshot, tree, self.prices)
+
+    async def _stream_end(self, root_id: str) -> str:
+        """The tree's newest stream id: the page lists what came before, SSE what follows."""
+        client = self.api.redis
+        if client is None:
+            return "0-0"
+        streams = AsyncEventStreams(client, Keyspace(self.api.namespace))
+        key = Keyspace(self.api.namespace).events(await streams.tag(root_id), root_id)
+        newest = await client.xrevrange(key, count=1)
+        if not newest:
+            return "0-0"
+        raw = newest[0][0]
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
 
     # -- reads ---------------------------------------------------------------------------
     def _tenant(self, caller: Caller) -> str | None:
@@ -184,6 +245,12 @@ async def _login_form(request: Request) -> str:
     return values.get("token", [""])[0]
 
 
+def _page_of(request: Request) -> int:
+    """The waterfall page asked for (1 when none or not a number)."""
+    raw = request.query_params.get("page", "1")
+    return int(raw) if raw.isdigit() and 0 < int(raw) < 1_000_000 else 1
+
+
 def _list_params(request: Request) -> dict[str, str]:
     """The list filters of the page's query string (empty ones dropped)."""
     keep = ("status", "agent", "tenant", "conversation", "root_only", "cursor")
@@ -201,6 +268,17 @@ def console_routes(api: TurnsApi) -> list[BaseRoute]:
         Route("/console/turns/{turn_id}", console.turn, methods=["GET"]),
         Route("/console/fragments/turns", console.turns_fragment, methods=["GET"]),
         Route("/console/fragments/inbox", console.inbox_fragment, methods=["GET"]),
+        Route("/console/overview", console.overview, methods=["GET"]),
         Route("/console/fragments/turns/{turn_id}", console.turn_fragment, methods=["GET"]),
+        Route(
+            "/console/fragments/turns/{turn_id}/transcript",
+            console.transcript_fragment,
+            methods=["GET"],
+        ),
+        Route(
+            "/console/fragments/turns/{turn_id}/waterfall",
+            console.waterfall_fragment,
+            methods=["GET"],
+        ),
         Mount("/console/static", StaticFiles(directory=STATIC), name="console-static"),
     ]

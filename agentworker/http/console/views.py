@@ -41,7 +41,9 @@ def _page(title: str, body: str, caller: Caller | None = None) -> str:
         f"<title>{_e(title)} · agentworker</title>"
         '<link rel=stylesheet href="/console/static/console.css">'
         '<script defer src="/console/static/console.js"></script></head><body>'
-        f'<header><a href="/console" class="brand">agentworker</a>{who}</header>'
+        '<header><a href="/console" class="brand">agentworker</a>'
+        '<nav><a href="/console">turns</a> <a href="/console/overview">overview</a></nav>'
+        f"{who}</header>"
         f"<main>{body}</main></body></html>"
     )
 
@@ -72,6 +74,7 @@ def home(
     waiting: list[AgentTurnSnapshot],
     turns: list[AgentTurnSnapshot],
     next_cursor: str | None,
+    sort: str = "",
 ) -> str:
     """The inbox, the filters and the turns list."""
     options = "".join(
@@ -96,37 +99,90 @@ def home(
     params = urlencode(
         {k: v for k, v in query.model_dump(exclude_none=True).items() if k != "limit" and v}
     )
+    live = f"/console/fragments/turns?{_with_sort(params, sort)}"
     body = (
         '<section id="inbox" data-live="/console/fragments/inbox">'
         f"{inbox(caller, waiting)}</section>"
         f"<section><h2>Turns</h2>{filters}"
         f'<table class="turns"><thead><tr><th>turn</th><th>agent</th><th>status</th>'
-        "<th>phase</th><th>tenant</th><th>updated</th></tr></thead>"
-        f'<tbody id="turn-rows" data-live="/console/fragments/turns?{_e(params)}">'
-        f"{turn_rows(turns, next_cursor, query)}</tbody></table></section>"
+        f"<th>phase</th><th>tenant</th>{_sort_heads(params, sort)}</tr></thead>"
+        f'<tbody id="turn-rows" data-live="{_e(live)}">'
+        f"{turn_rows(turns, next_cursor, query, sort)}</tbody></table></section>"
     )
     return _page("Turns", body, caller)
 
 
-def turn_rows(turns: list[AgentTurnSnapshot], next_cursor: str | None, query: ListQuery) -> str:
+#: The columns the turns list sorts by (within the page shown), largest first.
+SORTS = {
+    "duration": lambda s: turn_seconds(s),
+    "steps": lambda s: float(s.step_count),
+    "tokens": lambda s: float(s.usage.total_tokens),
+    "updated": lambda s: s.updated_at,
+}
+
+
+def turn_seconds(s: AgentTurnSnapshot, now: float | None = None) -> float:
+    """How long the turn ran: to its end, or until now while it lives."""
+    end = s.updated_at if s.status.is_terminal else (now or datetime.now(UTC).timestamp())
+    return max(0.0, end - s.created_at)
+
+
+def sorted_turns(turns: list[AgentTurnSnapshot], sort: str) -> list[AgentTurnSnapshot]:
+    """The page's turns by ``sort`` (a key of ``SORTS``), else as listed (newest first)."""
+    key = SORTS.get(sort)
+    return sorted(turns, key=key, reverse=True) if key is not None else turns
+
+
+def _with_sort(params: str, sort: str) -> str:
+    extra = urlencode({"sort": sort}) if sort in SORTS else ""
+    return "&".join(p for p in (params, extra) if p)
+
+
+def _sort_heads(params: str, sort: str) -> str:
+    heads = []
+    for name in ("duration", "steps", "tokens", "updated"):
+        mark = " ▼" if name == sort else ""
+        link = f"/console?{_with_sort(params, name)}"
+        heads.append(
+            f'<th><a class="sort" data-sort="{name}" href="{_e(link)}">{name}{mark}</a></th>'
+        )
+    return "".join(heads)
+
+
+def turn_rows(
+    turns: list[AgentTurnSnapshot], next_cursor: str | None, query: ListQuery, sort: str = ""
+) -> str:
     """The rows of the turns table (and a link to the next page)."""
     rows = "".join(
         f'<tr data-turn="{_e(s.id)}"><td><a href="/console/turns/{_e(s.id)}">{_e(s.id[:12])}</a>'
         f"{' ↳' if s.parent_turn_id else ''}</td><td>{_e(s.agent_id)}</td>"
         f"<td>{status_badge(s.status)}</td><td>{_e(s.phase.value)}</td>"
-        f"<td>{_e(s.metadata.get('tenant_id', ''))}</td><td>{_when(s.updated_at)}</td></tr>"
-        for s in turns
+        f"<td>{_e(s.metadata.get('tenant_id', ''))}</td>"
+        f'<td class="duration">{_e(_short(turn_seconds(s)))}</td>'
+        f'<td class="steps">{s.step_count}</td><td class="tokens">{s.usage.total_tokens}</td>'
+        f"<td>{_when(s.updated_at)}</td></tr>"
+        for s in sorted_turns(turns, sort)
     )
     if not turns:
-        rows = '<tr><td colspan="6" class="empty">no turns</td></tr>'
+        rows = '<tr><td colspan="9" class="empty">no turns</td></tr>'
     if next_cursor:
         params = {k: v for k, v in query.model_dump(exclude_none=True).items() if v}
         params["cursor"] = next_cursor
+        if sort in SORTS:
+            params["sort"] = sort
         rows += (
-            f'<tr><td colspan="6"><a href="/console?{_e(urlencode(params))}">next page</a>'
+            f'<tr><td colspan="9"><a href="/console?{_e(urlencode(params))}">next page</a>'
             "</td></tr>"
         )
     return rows
+
+
+def _short(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def inbox(caller: Caller, waiting: list[AgentTurnSnapshot]) -> str:
@@ -203,50 +259,52 @@ def _approval_calls(turn_id: str, calls: list[dict[str, Any]], may_answer: bool)
         parts.append(
             f'<div class="batch" data-turn="{_e(turn_id)}" data-calls="{_e(ids)}">'
             '<p class="error" hidden></p>'
-            f'<button class="approve-all">Approve all {len(calls)}</button></div>'
+            f'<button class="approve-all">Approve all {len(calls)}</button> '
+            '<input class="reason-all" placeholder="reason">'
+            f'<button class="reject-all">Reject all {len(calls)}</button></div>'
         )
     return "".join(parts)
 
 
-def turn_page(
-    caller: Caller, s: AgentTurnSnapshot, tree: list[tuple[int, AgentTurnSnapshot]]
-) -> str:
-    """A turn: its tree, what it waits for, and the live timeline of the tree's events."""
-    body = (
-        f"<h1>Turn {_e(s.id)}</h1>"
-        f'<div id="turn-body" data-live="/console/fragments/turns/{_e(s.id)}">'
-        f"{turn_body(caller, s, tree)}</div>"
-        '<section><h2>Timeline</h2><p class="legend"><span class="committed">committed</span> '
-        '<span class="provisional">provisional</span></p>'
-        f'<ol id="timeline" data-stream="/turns/{_e(s.root_turn_id)}/events" '
-        f'data-types="{_e(EVENT_TYPES)}"></ol></section>'
-    )
-    return _page(f"Turn {s.id[:12]}", body, caller)
-
-
 def turn_body(
-    caller: Caller, s: AgentTurnSnapshot, tree: list[tuple[int, AgentTurnSnapshot]]
+    caller: Caller,
+    s: AgentTurnSnapshot,
+    tree: list[tuple[int, AgentTurnSnapshot]],
+    extra: dict[str, str] | None = None,
 ) -> str:
-    """The parts of the turn page that change: status, waiting card, the tree."""
-    rows = "".join(_tree_row(depth, t, t.id == s.id) for depth, t in tree)
+    """The parts of the turn page that change: status, waiting card, the tree.
+
+    ``extra``: per turn of the tree, more to show in its row (duration and steps).
+    """
+    extra = extra or {}
+    rows = "".join(_tree_row(depth, t, t.id == s.id, extra.get(t.id, "")) for depth, t in tree)
     waiting = waiting_card(caller, s)
     result = ""
     if s.status is AgentTurnStatus.COMPLETED:
         result = f'<pre class="output">{_e(s.final_output)}</pre>'
     elif s.error is not None:
-        result = f'<p class="error">{_e(s.error.type)}: {_e(s.error.message)}</p>'
+        result = (
+            f'<p class="error turn-error"><b class="error-type">{_e(s.error.type)}</b>: '
+            f'<span class="error-message">{_e(s.error.message)}</span></p>'
+        )
+    if s.status is AgentTurnStatus.RETRY_SCHEDULED and s.next_runnable_at is not None:
+        result += (
+            f'<p class="next-run">next attempt ({s.retry_count}) at '
+            f'<time data-at="{s.next_runnable_at:.3f}">{_when(s.next_runnable_at)} UTC</time></p>'
+        )
     if waiting:
         waiting = f'<div class="card waiting">{waiting}</div>'
     return (
         f"<p>Status {status_badge(s.status)} phase <b>{_e(s.phase.value)}</b> · "
         f"agent {_e(s.agent_id)} · v{s.version}</p>{result}{waiting}"
         '<h2>Tree</h2><table class="tree"><thead><tr><th>turn</th><th>status</th>'
-        "<th>phase</th><th>usage (tokens)</th><th>plan</th></tr></thead>"
+        "<th>phase</th><th>tokens (with children)</th><th>duration · steps</th><th>plan</th>"
+        "<th>transcript</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
 
 
-def _tree_row(depth: int, t: AgentTurnSnapshot, current: bool) -> str:
+def _tree_row(depth: int, t: AgentTurnSnapshot, current: bool, extra: str) -> str:
     plan = t.task_plan
     progress = ""
     if plan is not None:
@@ -257,5 +315,7 @@ def _tree_row(depth: int, t: AgentTurnSnapshot, current: bool) -> str:
     return (
         f'<tr{mark} data-turn="{_e(t.id)}"><td>{pad}<a href="/console/turns/{_e(t.id)}">'
         f"{_e(t.id[:12])}</a> {_e(t.agent_id)}</td><td>{status_badge(t.status)}</td>"
-        f"<td>{_e(t.phase.value)}</td><td>{t.usage.total_tokens}</td><td>{progress}</td></tr>"
+        f"<td>{_e(t.phase.value)}</td><td>{t.usage.total_tokens}</td><td>{_e(extra)}</td>"
+        f'<td>{progress}</td><td><a class="transcript-link" '
+        f'href="/console/turns/{_e(t.id)}#transcript">transcript</a></td></tr>'
     )
