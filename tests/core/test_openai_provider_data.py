@@ -1,0 +1,207 @@
+"""What the Chat Completions adapter records of an answer, and replays on the next request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import tests.support.chat_server as wire
+from runner_core.messages import AiMessage, ToolCall, ToolMessage, UserMessage
+from runner_core.models import ModelRequest, StreamDone, ToolSpec, Usage
+from runner_core.models.openai import OpenAIChatModel
+from tests.support.chat_server import ChatServer, Reply
+
+LOOK = ToolSpec("look", "Look something up.", {"type": "object", "properties": {}})
+SIGNATURE = {"google": {"thought_signature": "c2lnLTE="}}
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    srv = ChatServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def model(server: ChatServer) -> OpenAIChatModel:
+    return OpenAIChatModel("test-model", base_url=server.base_url, timeout=5.0)
+
+
+def ask() -> ModelRequest:
+    return ModelRequest(messages=[UserMessage("find x")], tools=[LOOK])
+
+
+def answer(model: OpenAIChatModel, request: ModelRequest, streaming: bool) -> AiMessage:
+    if not streaming:
+        return model.generate(request).message
+    events = list(model.stream(request))
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    return done.response.message
+
+
+def follow_up(request: ModelRequest, ai: AiMessage) -> ModelRequest:
+    results = [ToolMessage(call_id=c.id, name=c.name, content="x=1") for c in ai.tool_calls]
+    return ModelRequest(messages=[*request.messages, ai, *results], tools=request.tools)
+
+
+def assistant_of(body: dict[str, Any]) -> dict[str, Any]:
+    return next(m for m in body["messages"] if m["role"] == "assistant")
+
+
+def deepseek_call(streaming: bool) -> Reply:
+    if not streaming:
+        return wire.completion(
+            None, tool_calls=[wire.tool_call("c1", "look", "{}")], reasoning_content="think"
+        )
+    return Reply(
+        chunks=[
+            wire.chunk({"role": "assistant", "reasoning_content": "thi"}),
+            wire.chunk({"reasoning_content": "nk"}),
+            wire.chunk(wire.tool_delta(0, "{}", "c1", "look")),
+            wire.chunk(None, usage=wire.usage(10, 5)),
+        ]
+    )
+
+
+def gemini_call(streaming: bool) -> Reply:
+    call = {**wire.tool_call("c1", "look", "{}"), "extra_content": SIGNATURE}
+    second = wire.tool_call("c2", "look", "{}")
+    if not streaming:
+        return wire.completion(None, tool_calls=[call, second])
+    first = wire.tool_delta(0, "{}", "c1", "look")
+    first["tool_calls"][0]["extra_content"] = SIGNATURE
+    return Reply(
+        chunks=[
+            wire.chunk({"role": "assistant", **first}),
+            wire.chunk(wire.tool_delta(1, "{}", "c2", "look")),
+            wire.chunk(None, usage=wire.usage(10, 5)),
+        ]
+    )
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_deepseek_reasoning_goes_back_beside_the_tool_calls(
+    server: ChatServer, model: OpenAIChatModel, streaming: bool
+) -> None:
+    server.script(deepseek_call(streaming), wire.completion("done"))
+
+    ai = answer(model, ask(), streaming)
+    model.generate(follow_up(ask(), ai))
+
+    assert ai.reasoning == "think"
+    assert ai.provider_data == {"openai_chat": {"reasoning_field": "reasoning_content"}}
+    sent = assistant_of(server.last_body)
+    assert sent["reasoning_content"] == "think"
+    assert "reasoning" not in sent
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_gemini_signatures_go_back_on_their_own_calls(
+    server: ChatServer, model: OpenAIChatModel, streaming: bool
+) -> None:
+    server.script(gemini_call(streaming), wire.completion("done"))
+
+    ai = answer(model, ask(), streaming)
+    model.generate(follow_up(ask(), ai))
+
+    first, second = ai.tool_calls
+    assert first.provider_data == {"openai_chat": {"extra_content": SIGNATURE}}
+    assert second.provider_data is None
+    calls = assistant_of(server.last_body)["tool_calls"]
+    assert calls[0]["extra_content"] == SIGNATURE
+    assert "extra_content" not in calls[1]
+
+
+def test_a_reasoning_parser_field_goes_back_under_its_own_name(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    # vLLM's and llama.cpp's newer parsers answer in `reasoning`
+    reply = wire.completion(None, tool_calls=[wire.tool_call("c1", "look", "{}")], reasoning="r")
+    server.script(reply, wire.completion("done"))
+
+    ai = model.generate(ask()).message
+    model.generate(follow_up(ask(), ai))
+
+    sent = assistant_of(server.last_body)
+    assert sent["reasoning"] == "r" and "reasoning_content" not in sent
+
+
+def test_reasoning_of_a_plain_answer_is_not_replayed(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    server.script(wire.completion("first", reasoning_content="think"), wire.completion("done"))
+
+    ai = model.generate(ask()).message
+    model.generate(ModelRequest(messages=[UserMessage("a"), ai, UserMessage("b")]))
+
+    assert ai.provider_data is not None  # recorded, but a plain answer sends none back
+    assert assistant_of(server.last_body) == {"role": "assistant", "content": "first"}
+
+
+def test_data_of_another_provider_is_never_sent(server: ChatServer, model: OpenAIChatModel) -> None:
+    other = {"anthropic": {"signature": "s"}, "openai_responses": {"items": [{"id": "rs"}]}}
+    call = ToolCall(id="c1", name="look", provider_data=other)
+    ai = AiMessage(tool_calls=[call], reasoning="theirs", provider_data=other)
+    server.script(wire.completion("done"))
+
+    model.generate(follow_up(ask(), ai))
+
+    sent = assistant_of(server.last_body)
+    assert set(sent) == {"role", "content", "tool_calls"}
+    assert set(sent["tool_calls"][0]) == {"id", "type", "function"}
+
+
+def test_a_follow_up_without_its_reasoning_is_refused_by_the_server(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    # The test server refuses as DeepSeek does: the check itself can fail
+    def require(body: dict[str, Any]) -> str | None:
+        sent = assistant_of(body)
+        return None if sent.get("reasoning_content") == "think" else "missing reasoning_content"
+
+    server.script(Reply(body=wire.completion("done").body, require=require))
+    bare = AiMessage(tool_calls=[ToolCall(id="c1", name="look")], reasoning="think")
+
+    with pytest.raises(Exception, match="missing reasoning_content"):
+        model.generate(follow_up(ask(), bare))
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_usage_counts_cached_and_reasoning_tokens(
+    server: ChatServer, model: OpenAIChatModel, streaming: bool
+) -> None:
+    detailed = {
+        **wire.usage(100, 40),
+        "prompt_tokens_details": {"cached_tokens": 64},
+        "completion_tokens_details": {"reasoning_tokens": 30},
+    }
+    if streaming:
+        reply = Reply(chunks=[wire.chunk({"content": "hi"}), wire.chunk(None, usage=detailed)])
+    else:
+        reply = wire.completion("hi")
+        reply.body["usage"] = detailed
+    server.script(reply)
+
+    if streaming:
+        done = list(model.stream(ask()))[-1]
+        assert isinstance(done, StreamDone)
+        usage = done.response.usage
+    else:
+        usage = model.generate(ask()).usage
+
+    assert usage == Usage(
+        input_tokens=100, output_tokens=40, cached_input_tokens=64, reasoning_tokens=30
+    )
+
+
+def test_deepseek_cache_hits_count_as_cached_input(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    reply = wire.completion("hi")
+    reply.body["usage"] = {**wire.usage(100, 5), "prompt_cache_hit_tokens": 80}
+    server.script(reply)
+
+    assert model.generate(ask()).usage.cached_input_tokens == 80
