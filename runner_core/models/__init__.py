@@ -23,14 +23,19 @@ from runner_core.models.function import INVALID_ARGUMENTS_KEY, FunctionModel, St
 
 if TYPE_CHECKING:
     from runner_core.models.openai import OpenAIChatModel
+    from runner_core.models.openai_responses import OpenAIResponsesModel
 
 
 def __getattr__(name: str) -> Any:
-    # The OpenAI adapter imports the openai SDK; load it only when asked for.
+    # The OpenAI adapters import the openai SDK; load them only when asked for.
     if name == "OpenAIChatModel":
         from runner_core.models.openai import OpenAIChatModel
 
         return OpenAIChatModel
+    if name == "OpenAIResponsesModel":
+        from runner_core.models.openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -46,6 +51,7 @@ __all__ = [
     "ModelResponse",
     "ModelStreamEvent",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "ReasoningDelta",
     "StreamAssembler",
     "StreamDone",

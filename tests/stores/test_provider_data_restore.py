@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import tests.support.chat_server as wire
+import tests.support.responses_wire as responses
 from runner_core import (
     Agent,
     AgentResumeCommand,
@@ -22,7 +23,7 @@ from runner_core import (
     InMemoryAgentLoader,
     tool,
 )
-from runner_core.models.openai import OpenAIChatModel
+from runner_core.models import OpenAIChatModel, OpenAIResponsesModel
 from stores.redis import RedisAgentTurnStore
 from tests.support.chat_server import ChatServer, Reply
 from tests.support.servers import RedisServer
@@ -55,9 +56,9 @@ def two_stores(redis_server: RedisServer) -> Iterator[tuple[RedisAgentTurnStore,
         store.close()
 
 
-def runner_on(store: RedisAgentTurnStore, server: ChatServer) -> AgentRunner:
-    model = OpenAIChatModel("test-model", base_url=server.base_url, timeout=5.0)
-    agent = Agent("thinker", model, tools=[look])
+def runner_on(store: RedisAgentTurnStore, server: ChatServer, responses: bool) -> AgentRunner:
+    kind = OpenAIResponsesModel if responses else OpenAIChatModel
+    agent = Agent("thinker", kind("test-model", base_url=server.base_url), tools=[look])
     return AgentRunner(turn_store=store, agent_loader=InMemoryAgentLoader([agent]))
 
 
@@ -113,8 +114,31 @@ def gemini_script(streaming: bool) -> list[Reply]:
     return [wire.completion(None, tool_calls=[call]), last]
 
 
+def wants_encrypted_reasoning(body: dict[str, Any]) -> str | None:
+    items = [i for i in body["input"] if i.get("type") == "reasoning"]
+    ok = body["store"] is False and [i.get("encrypted_content") for i in items] == ["enc-1"]
+    return None if ok else f"reasoning items not replayed: {items}"
+
+
+def responses_script(streaming: bool) -> list[Reply]:
+    build = responses.stream if streaming else responses.response
+    first = build(
+        [
+            responses.reasoning("rs_1", "look first", "enc-1"),
+            responses.function_call("fc_1", "c1", "look", '{"q": "x"}'),
+        ]
+    )
+    last = build([responses.message("x is 1")])
+    last.require = wants_encrypted_reasoning
+    return [first, last]
+
+
 @pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize("script", [deepseek_script, gemini_script], ids=["deepseek", "gemini"])
+@pytest.mark.parametrize(
+    "script",
+    [deepseek_script, gemini_script, responses_script],
+    ids=["deepseek", "gemini", "responses"],
+)
 def test_another_runner_replays_what_the_first_one_received(
     server: ChatServer,
     two_stores: tuple[RedisAgentTurnStore, RedisAgentTurnStore],
@@ -123,7 +147,8 @@ def test_another_runner_replays_what_the_first_one_received(
 ) -> None:
     # Given a reasoning tool loop whose first call waits for approval on one runner
     server.script(*script(streaming))
-    first, second = (runner_on(store, server) for store in two_stores)
+    on_responses = script is responses_script
+    first, second = (runner_on(store, server, on_responses) for store in two_stores)
     options = AgentTurnOptions(streaming=streaming)
     turn = first.run("thinker", "what is x?", options=options)
     assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
