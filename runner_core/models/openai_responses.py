@@ -249,7 +249,15 @@ def _assistant_items(message: AiMessage) -> list[dict[str, Any]]:
     for item in _own(message.provider_data).get("reasoning", ()):
         if isinstance(item, Mapping):
             items.append(thaw(item))
-    if message.text:
+    own = _own(message.provider_data)
+    if message.text and isinstance(own.get("message_id"), str):
+        # the output item as it came, id and all: a replayed reasoning item must be
+        # followed by the items it led to
+        items.append({"type": "message", "role": "assistant", "id": own["message_id"],
+                      "status": "completed",
+                      "content": [{"type": "output_text", "text": message.text,
+                                   "annotations": []}]})  # fmt: skip
+    elif message.text:
         items.append({"role": "assistant", "content": message.text})
     for call in message.tool_calls:
         wire: dict[str, Any] = {
@@ -296,6 +304,7 @@ def answer_of(response: object) -> ModelResponse:
     reasoning: list[str] = []
     items: list[dict[str, Any]] = []
     calls: list[ToolCall] = []
+    own: dict[str, Any] = {}
     for item in response.output:
         kind = getattr(item, "type", None)
         if kind not in KNOWN_ITEMS:
@@ -303,16 +312,21 @@ def answer_of(response: object) -> ModelResponse:
         data = item.model_dump(mode="json", exclude_none=True)
         if kind == "message":
             text.extend(_message_text(data))
+            if isinstance(data.get("id"), str):
+                own.setdefault("message_id", data["id"])
         elif kind == "reasoning":
             reasoning.extend(s["text"] for s in data.get("summary", []) if "text" in s)
-            items.append(_replayable(data))
+            if data.get("encrypted_content"):  # without it, a stateless replay is refused
+                items.append(_replayable(data))
         else:
             calls.append(_call(data))
+    if items:
+        own["reasoning"] = items
     message = AiMessage(
         text="".join(text) or None,
         tool_calls=calls,
         reasoning="\n\n".join(reasoning) or None,
-        provider_data={PROVIDER: {"reasoning": items}} if items else None,
+        provider_data={PROVIDER: own} if own else None,
     )
     if not message.text and not message.tool_calls:
         raise ModelError(f"{LABEL}: model returned an empty response", retryable=True)

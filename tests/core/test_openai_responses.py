@@ -308,3 +308,34 @@ def test_an_async_client_runs_the_loop_on_the_event_loop(
 
     assert turn.status is AgentTurnStatus.COMPLETED, turn.error
     assert turn.final_output == "x is 1"
+
+
+def test_an_answer_goes_back_as_the_output_items_it_came_as(
+    server: ChatServer, model: OpenAIResponsesModel
+) -> None:
+    # Given a reasoned final answer, then a next question in the same conversation
+    answer = [wire.reasoning("rs_9", "sum it", SECRET), wire.message("42", item_id="msg_9")]
+    server.script(wire.response(answer), wire.response([wire.message("ok")]))
+    first = model.generate(ModelRequest([UserMessage("sum")])).message
+
+    model.generate(ModelRequest([UserMessage("sum"), first, UserMessage("and again?")]))
+
+    # Then the reasoning item is followed by the message item it led to, id and all
+    replayed = server.last_body["input"][1:3]
+    assert [i["type"] for i in replayed] == ["reasoning", "message"]
+    assert replayed[0]["encrypted_content"] == SECRET
+    assert replayed[1]["id"] == "msg_9"
+    assert replayed[1]["content"] == [{"type": "output_text", "text": "42", "annotations": []}]
+
+
+def test_reasoning_without_encrypted_content_is_not_kept_for_replay(
+    server: ChatServer, model: OpenAIResponsesModel
+) -> None:
+    bare = wire.reasoning("rs_1", "hmm", SECRET)
+    del bare["encrypted_content"]
+    server.script(wire.response([bare, wire.message("ok", item_id="msg_1")]))
+
+    message = model.generate(ask()).message
+
+    assert message.reasoning == "hmm"
+    assert message.provider_data == {"openai_responses": {"message_id": "msg_1"}}
