@@ -388,6 +388,16 @@ def _usage(usage: ResponseUsage | None) -> Usage:
     )
 
 
+class _Fields:
+    """A JSON object read like an event: absent fields are None."""
+
+    def __init__(self, data: object) -> None:
+        self._data = data if isinstance(data, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        return self._data.get(name)
+
+
 class _StreamState:
     """Stream events as our deltas; the final ``response.completed`` gives the answer."""
 
@@ -397,6 +407,9 @@ class _StreamState:
     def feed(self, event: object) -> Iterator[ModelStreamEvent]:
         """The deltas of one stream event; errors and the end of the response noted."""
         kind = getattr(event, "type", None)
+        if kind is None and getattr(event, "event", None) == "error":
+            event = _Fields(getattr(event, "data", None))  # older SDKs hand it over wrapped
+            kind = "error"
         if kind == "response.output_text.delta":
             yield TextDelta(str(getattr(event, "delta", "")))
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
