@@ -1,4 +1,7 @@
-"""Records written by schema version 1 are claimed, stepped and read; commits write 2."""
+"""Records written by schema version 1 are claimed, stepped and read; commits write 2.
+
+On Redis and in memory: a turn is stored, then turned back into what version 1 wrote.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +14,20 @@ from runner_core import (
     AgentResumeCommand,
     AgentRunner,
     AgentTurnStatus,
+    AgentTurnStore,
     AiMessage,
     FunctionModel,
     InMemoryAgentLoader,
+    InMemoryAgentTurnStore,
     ModelRequest,
     SnapshotCorruptedError,
     ToolCall,
     ToolMessage,
     tool,
 )
-from runner_core.snapshot import SCHEMA_VERSION
+from runner_core.snapshot import SCHEMA_VERSION, load_snapshot
 from stores.redis import RedisAgentTurnStore
+from tests.support.commits import save
 
 
 @tool(requires_approval=True)
@@ -36,7 +42,7 @@ def answer(request: ModelRequest) -> AiMessage:
     return AiMessage(tool_calls=[ToolCall(id="c1", name="look", arguments={"q": "x"})])
 
 
-def runner_on(store: RedisAgentTurnStore) -> AgentRunner:
+def runner_on(store: AgentTurnStore) -> AgentRunner:
     agent = Agent("looker", FunctionModel(answer), tools=[look])
     return AgentRunner(turn_store=store, agent_loader=InMemoryAgentLoader([agent]))
 
@@ -112,3 +118,28 @@ def test_a_record_of_an_unknown_version_is_refused(
 
     with pytest.raises(SnapshotCorruptedError, match="unknown record version"):
         runner.claim(turn.id, "w1")
+
+
+def test_a_version_1_record_loaded_into_memory_is_finished() -> None:
+    # Given a version-1 record of a turn waiting for approval (written, then turned back)
+    first = InMemoryAgentTurnStore()
+    turn = runner_on(first).run("looker", "find x")
+    record = json.loads(first.load(turn.id).model_dump_json())
+    record["schema_version"] = 1
+    for doc in [*record["messages"], *record["pending_tool_calls"]]:
+        doc.pop("provider_data", None)
+        for call in doc.get("tool_calls", []):
+            call.pop("provider_data", None)
+    record.update(version=-1, lease=None)
+
+    # When it is loaded into another store and continued there
+    second = InMemoryAgentTurnStore()
+    save(second, load_snapshot(json.dumps(record), turn.id), -1)
+    runner = runner_on(second)
+    runner.resume(turn.id, AgentResumeCommand.approve_tool("c1"))
+    done = runner.run_until_blocked(runner.restore(turn.id))
+
+    # Then it completes on the current schema
+    assert done.status is AgentTurnStatus.COMPLETED
+    assert done.final_output == "done: found x"
+    assert second.load(turn.id).schema_version == SCHEMA_VERSION
