@@ -253,18 +253,19 @@ def _wire_content(content: str | Sequence[ContentPart]) -> str | list[dict[str, 
 def _wire_assistant(message: AiMessage) -> dict[str, Any]:
     """An assistant message, with what this adapter recorded to replay.
 
-    Reasoning goes back only beside tool calls, in the field the server sent it in:
-    DeepSeek's thinking mode refuses a tool loop without it, and older servers refuse it
-    on a plain answer. Data of another provider is never sent.
+    Reasoning goes back in the field the server sent it in: DeepSeek's thinking mode
+    refuses a conversation with tool calls whose answers lack it (every answer of such
+    a user turn, the last one too) and ignores it elsewhere. Data of another provider,
+    and reasoning this adapter did not record, are never sent.
     """
     wire: dict[str, Any] = {"role": "assistant", "content": message.text}
     if message.tool_calls:
         wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
-        field = _own(message.provider_data).get("reasoning_field")
-        if field in REASONING_FIELDS and message.reasoning:
-            wire[field] = message.reasoning
     elif message.text is None:
         wire["content"] = ""
+    field = _own(message.provider_data).get("reasoning_field")
+    if field in REASONING_FIELDS and message.reasoning:
+        wire[field] = message.reasoning
     return wire
 
 

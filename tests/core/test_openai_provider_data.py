@@ -129,15 +129,28 @@ def test_a_reasoning_parser_field_goes_back_under_its_own_name(
     assert sent["reasoning"] == "r" and "reasoning_content" not in sent
 
 
-def test_reasoning_of_a_plain_answer_is_not_replayed(
+def test_reasoning_of_a_plain_answer_goes_back_too(
     server: ChatServer, model: OpenAIChatModel
 ) -> None:
+    # DeepSeek wants every answer of a user turn with tool calls, the last one too
     server.script(wire.completion("first", reasoning_content="think"), wire.completion("done"))
 
     ai = model.generate(ask()).message
     model.generate(ModelRequest(messages=[UserMessage("a"), ai, UserMessage("b")]))
 
-    assert ai.provider_data is not None  # recorded, but a plain answer sends none back
+    assert assistant_of(server.last_body) == {
+        "role": "assistant", "content": "first", "reasoning_content": "think"
+    }  # fmt: skip
+
+
+def test_reasoning_the_adapter_did_not_record_is_not_sent(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    server.script(wire.completion("done"))
+    ai = AiMessage("first", reasoning="from a FunctionModel, or a record of version 1")
+
+    model.generate(ModelRequest(messages=[UserMessage("a"), ai, UserMessage("b")]))
+
     assert assistant_of(server.last_body) == {"role": "assistant", "content": "first"}
 
 
