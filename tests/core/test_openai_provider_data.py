@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 
 import tests.support.chat_server as wire
@@ -47,8 +48,12 @@ def follow_up(request: ModelRequest, ai: AiMessage) -> ModelRequest:
     return ModelRequest(messages=[*request.messages, ai, *results], tools=request.tools)
 
 
+def assistants(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if m["role"] == "assistant"]
+
+
 def assistant_of(body: dict[str, Any]) -> dict[str, Any]:
-    return next(m for m in body["messages"] if m["role"] == "assistant")
+    return assistants(body)[0]
 
 
 def deepseek_call(streaming: bool) -> Reply:
@@ -96,6 +101,21 @@ def test_deepseek_reasoning_goes_back_beside_the_tool_calls(
     sent = assistant_of(server.last_body)
     assert sent["reasoning_content"] == "think"
     assert "reasoning" not in sent
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_an_async_client_records_and_replays_the_same(server: ChatServer, streaming: bool) -> None:
+    client = openai.AsyncOpenAI(api_key="k", base_url=server.base_url, timeout=5.0)
+    model = OpenAIChatModel("test-model", client=client)
+    server.script(gemini_call(streaming), deepseek_call(streaming), wire.completion("done"))
+
+    signed = answer(model, ask(), streaming)
+    reasoned = answer(model, follow_up(ask(), signed), streaming)
+    model.generate(follow_up(follow_up(ask(), signed), reasoned))
+
+    first, second = assistants(server.last_body)
+    assert first["tool_calls"][0]["extra_content"] == SIGNATURE
+    assert second["reasoning_content"] == "think"
 
 
 @pytest.mark.parametrize("streaming", [False, True])
