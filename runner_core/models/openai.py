@@ -263,9 +263,12 @@ def _wire_assistant(message: AiMessage) -> dict[str, Any]:
         wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
     elif message.text is None:
         wire["content"] = ""
-    field = _own(message.provider_data).get("reasoning_field")
+    own = _own(message.provider_data)
+    field = own.get("reasoning_field")
     if field in REASONING_FIELDS and message.reasoning:
         wire[field] = message.reasoning
+    if isinstance(own.get("extra_content"), Mapping):
+        wire["extra_content"] = thaw(own["extra_content"])
     return wire
 
 
@@ -308,6 +311,7 @@ def _completion_events(completion: ChatCompletion, extras: _Extras) -> Iterator[
     message = completion.choices[0].message
     if message is None:  # a server or proxy that answered something else than a completion
         raise ModelError("server returned a choice without a message", retryable=True)
+    extras.message(message)
     yield from _text_events(message, message.content or message.refusal, extras)
     for index, call in enumerate(message.tool_calls or ()):
         function = getattr(call, "function", None)
@@ -321,6 +325,7 @@ def _chunk_events(chunk: ChatCompletionChunk, slots: _CallSlots) -> Iterator[Mod
     if not chunk.choices:
         return
     delta = chunk.choices[0].delta
+    slots.extras.message(delta)
     yield from _text_events(delta, delta.content or delta.refusal, slots.extras)
     for call in delta.tool_calls or ():
         call_id = call.id or None
@@ -352,41 +357,54 @@ class _CallSlots:
 
 
 class _Extras:
-    """What an answer carries to replay: the reasoning field used, each call's extras."""
+    """What an answer carries to replay: its reasoning field and extras, each call's extras."""
 
     def __init__(self) -> None:
         self.reasoning_field: str | None = None
+        #: The answer's own ``extra_content``.
+        self.answer: dict[str, Any] = {}
+        #: Every call index seen (in the assembled order) and the calls' ``extra_content``.
+        self.indexes: set[int] = set()
         self.calls: dict[int, dict[str, Any]] = {}
+
+    def message(self, source: object) -> None:
+        """Keep a message's or delta's ``extra_content``."""
+        extra = getattr(source, "extra_content", None)
+        if isinstance(extra, dict) and extra:
+            self.answer.update(extra)
 
     def call(self, index: int, call: object) -> None:
         """Keep a call's ``extra_content`` (Gemini: ``{"google": {"thought_signature"}}``)."""
+        self.indexes.add(index)
         extra = getattr(call, "extra_content", None)
         if isinstance(extra, dict) and extra:
             self.calls.setdefault(index, {}).update(extra)
 
     def applied(self, message: AiMessage) -> AiMessage:
         """The message with this adapter's provider data on it and its calls."""
-        if self.reasoning_field is None and not self.calls:
+        own: dict[str, Any] = {}
+        if self.reasoning_field is not None and message.reasoning:
+            own["reasoning_field"] = self.reasoning_field
+        if self.answer:
+            own["extra_content"] = self.answer
+        if not own and not self.calls:
             return message
-        calls = [
-            ToolCall(
-                id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                provider_data={PROVIDER: {"extra_content": self.calls[i]}},
-            )
-            if i in self.calls
-            else call
-            for i, call in enumerate(message.tool_calls)
-        ]
-        field = self.reasoning_field if message.reasoning else None
+        order = sorted(self.indexes)  # the assembler orders calls by index too
+        calls = [self._call(call, order[i]) for i, call in enumerate(message.tool_calls)]
         return AiMessage(
             id=message.id,
             text=message.text,
             tool_calls=calls,
             reasoning=message.reasoning,
-            provider_data={PROVIDER: {"reasoning_field": field}} if field else None,
+            provider_data={PROVIDER: own} if own else None,
         )
+
+    def _call(self, call: ToolCall, index: int) -> ToolCall:
+        extra = self.calls.get(index)
+        if extra is None:
+            return call
+        data = {PROVIDER: {"extra_content": extra}}
+        return ToolCall(id=call.id, name=call.name, arguments=call.arguments, provider_data=data)
 
 
 def _text_events(source: object, text: str | None, extras: _Extras) -> Iterator[ModelStreamEvent]:

@@ -238,3 +238,37 @@ def test_deepseek_cache_hits_count_as_cached_input(
     server.script(reply)
 
     assert model.generate(ask()).usage.cached_input_tokens == 80
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_an_answers_own_extra_content_goes_back_on_it(
+    server: ChatServer, model: OpenAIChatModel, streaming: bool
+) -> None:
+    # Gemini may sign a text answer too (the signature is then optional to send back)
+    if streaming:
+        first = Reply(chunks=[wire.chunk({"content": "hi", "extra_content": SIGNATURE})])
+    else:
+        first = wire.completion("hi", extra_content=SIGNATURE)
+    server.script(first, wire.completion("done"))
+
+    ai = answer(model, ask(), streaming)
+    model.generate(ModelRequest(messages=[UserMessage("a"), ai, UserMessage("b")]))
+
+    assert ai.provider_data == {"openai_chat": {"extra_content": SIGNATURE}}
+    assert assistant_of(server.last_body)["extra_content"] == SIGNATURE
+
+
+def test_a_signature_stays_with_its_call_when_indexes_do_not_start_at_0(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    signed = wire.tool_delta(3, "{}", "c2", "look")
+    signed["tool_calls"][0]["extra_content"] = SIGNATURE
+    server.script(
+        Reply(chunks=[wire.chunk(wire.tool_delta(1, "{}", "c1", "look")), wire.chunk(signed)])
+    )
+
+    first, second = answer(model, ask(), streaming=True).tool_calls
+
+    assert (first.id, first.provider_data) == ("c1", None)
+    assert second.id == "c2"
+    assert second.provider_data == {"openai_chat": {"extra_content": SIGNATURE}}
