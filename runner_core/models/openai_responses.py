@@ -77,6 +77,9 @@ class OpenAIResponsesModel:
     ``openai.AsyncOpenAI`` client the runner awaits it on the process event loop.
     """
 
+    #: ``gen_ai.provider.name`` on model-call spans: the Responses API is OpenAI's own.
+    provider_name = "openai"
+
     def __init__(
         self,
         model: str | None = None,

@@ -32,6 +32,7 @@ from runner_core.models import (
     ToolSpec,
     Usage,
 )
+from runner_core.telemetry import model_name, provider_name
 from tests.support.chat_server import ChatServer, Reply
 
 LOOK = ToolSpec("look", "Look something up.", {"type": "object", "properties": {}})
@@ -339,3 +340,9 @@ def test_reasoning_without_encrypted_content_is_not_kept_for_replay(
 
     assert message.reasoning == "hmm"
     assert message.provider_data == {"openai_responses": {"message_id": "msg_1"}}
+
+
+def test_spans_name_openai_as_the_provider() -> None:
+    model = OpenAIResponsesModel("o4-mini", api_key="k")
+
+    assert provider_name(model) == "openai" and model_name(model) == "o4-mini"
