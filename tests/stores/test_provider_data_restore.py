@@ -163,3 +163,41 @@ def test_another_runner_replays_what_the_first_one_received(
     assert turn.status is AgentTurnStatus.COMPLETED, turn.error
     assert turn.final_output == "x is 1"
     assert len(server.requests) == len(script(streaming))
+
+
+@tool
+def peek(q: str) -> str:
+    """Look something up, no approval needed."""
+    return f"{q}=1"
+
+
+def test_the_next_turn_of_a_conversation_replays_the_last_turns_reasoning(
+    server: ChatServer, two_stores: tuple[RedisAgentTurnStore, RedisAgentTurnStore]
+) -> None:
+    # Given a DeepSeek tool loop in a conversation on one runner, then the next question on
+    # another: DeepSeek wants every answer's reasoning of a turn with tool calls, always
+    call = wire.completion(
+        None, tool_calls=[wire.tool_call("c1", "peek", '{"q": "x"}')], reasoning_content="r1"
+    )
+    answer = wire.completion("x is 1", reasoning_content="r2")
+    answer.require = wants_reasoning("r1")
+    again = wire.completion("still 1")
+    again.require = wants_reasoning("r1", "r2")
+    server.script(call, answer, again)
+    runners = []
+    for store in two_stores:
+        model = OpenAIChatModel("test-model", base_url=server.base_url)
+        runners.append(
+            AgentRunner(
+                turn_store=store,
+                agent_loader=InMemoryAgentLoader([Agent("thinker", model, tools=[peek])]),
+                chat_memory_provider=store.chat_memory,
+            )
+        )
+
+    first = runners[0].run("thinker", "what is x?", conversation_id="c-1")
+    second = runners[1].run("thinker", "and now?", conversation_id="c-1")
+
+    assert first.status is AgentTurnStatus.COMPLETED, first.error
+    assert second.status is AgentTurnStatus.COMPLETED, second.error
+    assert second.final_output == "still 1"
