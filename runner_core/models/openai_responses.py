@@ -248,32 +248,37 @@ def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
 
 def _assistant_items(message: AiMessage) -> list[dict[str, Any]]:
     """Our reasoning items (encrypted) first, then the text, then the calls."""
-    items: list[dict[str, Any]] = []
-    for item in _own(message.provider_data).get("reasoning", ()):
-        if isinstance(item, Mapping):
-            items.append(thaw(item))
     own = _own(message.provider_data)
-    if message.text and isinstance(own.get("message_id"), str):
-        # the output item as it came, id and all: a replayed reasoning item must be
-        # followed by the items it led to
-        items.append({"type": "message", "role": "assistant", "id": own["message_id"],
-                      "status": "completed",
-                      "content": [{"type": "output_text", "text": message.text,
-                                   "annotations": []}]})  # fmt: skip
-    elif message.text:
-        items.append({"role": "assistant", "content": message.text})
-    for call in message.tool_calls:
-        wire: dict[str, Any] = {
-            "type": "function_call",
-            "call_id": call.id,
-            "name": call.name,
-            "arguments": json.dumps(call.arguments),
-        }
-        item_id = _own(call.provider_data).get("id")
-        if isinstance(item_id, str):
-            wire["id"] = item_id
-        items.append(wire)
+    items = [thaw(item) for item in own.get("reasoning", ()) if isinstance(item, Mapping)]
+    if message.text:
+        items.append(_text_item(message.text, own.get("message_id")))
+    items.extend(_call_item(call) for call in message.tool_calls)
     return items
+
+
+def _text_item(text: str, item_id: object) -> dict[str, Any]:
+    """The answer's text; as the output item it came as (id and all) when we know it.
+
+    A replayed reasoning item must be followed by the items it led to.
+    """
+    if not isinstance(item_id, str):
+        return {"role": "assistant", "content": text}
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"type": "message", "role": "assistant", "id": item_id, "status": "completed",
+            "content": content}  # fmt: skip
+
+
+def _call_item(call: ToolCall) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": json.dumps(call.arguments),
+    }
+    item_id = _own(call.provider_data).get("id")
+    if isinstance(item_id, str):
+        item["id"] = item_id
+    return item
 
 
 def _own(provider_data: Mapping[str, Any] | None) -> Mapping[str, Any]:
