@@ -346,3 +346,22 @@ def test_spans_name_openai_as_the_provider() -> None:
     model = OpenAIResponsesModel("o4-mini", api_key="k")
 
     assert provider_name(model) == "openai" and model_name(model) == "o4-mini"
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_an_unreachable_server_is_retryable(streaming: bool) -> None:
+    url = f"http://127.0.0.1:{chat.closed_port()}/v1"
+    model = OpenAIResponsesModel("test-model", base_url=url, timeout=2.0)
+
+    err = model_error(lambda: list(model.stream(ask())) if streaming else model.generate(ask()))
+
+    assert err.retryable is True and "cannot reach" in str(err)
+
+
+def test_a_timeout_is_retryable(server: ChatServer) -> None:
+    server.script(Reply(body=wire.response_body([wire.message("late")]), delay=1.0))
+    model = OpenAIResponsesModel("test-model", base_url=server.base_url, timeout=0.2)
+
+    err = model_error(lambda: model.generate(ask()))
+
+    assert err.retryable is True and "timed out" in str(err)
