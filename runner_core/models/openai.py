@@ -147,7 +147,7 @@ class OpenAIChatModel:
             raise to_model_error(err) from err
         except json.JSONDecodeError as err:
             raise malformed_answer(err) from err
-        yield StreamDone(_response(assembler, usage, slots.extras))
+        yield StreamDone(_streamed(assembler, usage, slots))
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """``stream`` over the async client (a sync client's stream is read in a thread)."""
@@ -172,7 +172,7 @@ class OpenAIChatModel:
             raise to_model_error(err) from err
         except json.JSONDecodeError as err:
             raise malformed_answer(err) from err
-        yield StreamDone(_response(assembler, usage, slots.extras))
+        yield StreamDone(_streamed(assembler, usage, slots))
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for one request."""
@@ -322,8 +322,12 @@ def _completion_events(completion: ChatCompletion, extras: _Extras) -> Iterator[
 
 def _chunk_events(chunk: ChatCompletionChunk, slots: _CallSlots) -> Iterator[ModelStreamEvent]:
     """The deltas of one streamed chunk (first choice only)."""
+    if chunk.usage is not None:
+        slots.ended = True  # the usage chunk comes last
     if not chunk.choices:
         return
+    if getattr(chunk.choices[0], "finish_reason", None):
+        slots.ended = True
     delta = chunk.choices[0].delta
     slots.extras.message(delta)
     yield from _text_events(delta, delta.content or delta.refusal, slots.extras)
@@ -345,6 +349,8 @@ class _CallSlots:
         self._next = 0
         #: What the stream carries to replay beside the deltas.
         self.extras = _Extras()
+        #: Whether a chunk said the answer is over (a finish reason, or the usage).
+        self.ended = False
 
     def slot(self, index: int | None, call_id: str | None) -> int:
         """The given index; else the slot of this id, a new one, or the last one."""
@@ -435,6 +441,16 @@ def _usage(usage: CompletionUsage | None) -> Usage:
         cached_input_tokens=cached if isinstance(cached, int) else 0,
         reasoning_tokens=(completion.reasoning_tokens if completion else None) or 0,
     )
+
+
+def _streamed(assembler: StreamAssembler, usage: Usage, slots: _CallSlots) -> ModelResponse:
+    """The streamed answer; a stream that stopped before saying it was done is retried.
+
+    Nothing of a cut answer is kept: its last tool call's arguments may be cut too.
+    """
+    if not slots.ended:
+        raise ModelError("model stream ended before the answer finished", retryable=True)
+    return _response(assembler, usage, slots.extras)
 
 
 def _response(assembler: StreamAssembler, usage: Usage, extras: _Extras) -> ModelResponse:

@@ -246,7 +246,9 @@ def test_an_answers_own_extra_content_goes_back_on_it(
 ) -> None:
     # Gemini may sign a text answer too (the signature is then optional to send back)
     if streaming:
-        first = Reply(chunks=[wire.chunk({"content": "hi", "extra_content": SIGNATURE})])
+        first = Reply(
+            chunks=[wire.chunk({"content": "hi", "extra_content": SIGNATURE}), wire.finish()]
+        )
     else:
         first = wire.completion("hi", extra_content=SIGNATURE)
     server.script(first, wire.completion("done"))
@@ -263,9 +265,8 @@ def test_a_signature_stays_with_its_call_when_indexes_do_not_start_at_0(
 ) -> None:
     signed = wire.tool_delta(3, "{}", "c2", "look")
     signed["tool_calls"][0]["extra_content"] = SIGNATURE
-    server.script(
-        Reply(chunks=[wire.chunk(wire.tool_delta(1, "{}", "c1", "look")), wire.chunk(signed)])
-    )
+    first = wire.chunk(wire.tool_delta(1, "{}", "c1", "look"))
+    server.script(Reply(chunks=[first, wire.chunk(signed), wire.finish("tool_calls")]))
 
     first, second = answer(model, ask(), streaming=True).tool_calls
 

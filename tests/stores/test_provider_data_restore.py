@@ -97,7 +97,9 @@ def deepseek_script(streaming: bool) -> list[Reply]:
     last = wire.completion("x is 1")
     last.require = wants_reasoning("r1", "r2")
     if streaming:
-        last = Reply(chunks=[wire.chunk({"content": "x is 1"})], require=last.require)
+        last = Reply(
+            chunks=[wire.chunk({"content": "x is 1"}), wire.finish()], require=last.require
+        )
     return [call("c1", "r1", None), call("c2", "r2", wants_reasoning("r1")), last]
 
 
@@ -106,7 +108,9 @@ def gemini_script(streaming: bool) -> list[Reply]:
         delta = wire.tool_delta(0, '{"q": "x"}', "c1", "look")
         delta["tool_calls"][0]["extra_content"] = SIGNATURE
         first = Reply(chunks=[wire.chunk(delta), wire.chunk(None, usage=wire.usage(10, 5))])
-        last = Reply(chunks=[wire.chunk({"content": "x is 1"})], require=wants_signature)
+        last = Reply(
+            chunks=[wire.chunk({"content": "x is 1"}), wire.finish()], require=wants_signature
+        )
         return [first, last]
     call = {**wire.tool_call("c1", "look", '{"q": "x"}'), "extra_content": SIGNATURE}
     last = wire.completion("x is 1")

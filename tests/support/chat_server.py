@@ -191,9 +191,12 @@ def completion(
     return Reply(body=body)
 
 
-def chunk(delta: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def chunk(
+    delta: dict[str, Any] | None = None, *, finish_reason: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """One ``chat.completion.chunk``; ``delta=None`` gives the usage-only final chunk."""
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    choices = [] if delta is None else [choice]
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",
@@ -202,6 +205,11 @@ def chunk(delta: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
         "choices": choices,
         **extra,
     }
+
+
+def finish(reason: str = "stop") -> dict[str, Any]:
+    """The chunk that ends a streamed answer (before the usage chunk, if one is asked for)."""
+    return chunk({}, finish_reason=reason)
 
 
 def tool_delta(
