@@ -313,7 +313,10 @@ def answer_of(response: object) -> ModelResponse:
     items: list[dict[str, Any]] = []
     calls: list[ToolCall] = []
     own: dict[str, Any] = {}
-    for item in response.output:
+    output = getattr(response, "output", None)
+    if not isinstance(output, list):
+        raise ModelError(f"{LABEL}: response has no output list: {output!r:.80}", True)
+    for item in output:
         kind = getattr(item, "type", None)
         if kind not in KNOWN_ITEMS:
             raise ModelError(f"{LABEL}: unknown output item type {kind!r}", retryable=False)
@@ -367,6 +370,8 @@ def _replayable(item: dict[str, Any]) -> dict[str, Any]:
 
 def _call(data: dict[str, Any]) -> ToolCall:
     """A function call; one without a ``call_id`` keeps ``""`` for the runner to name."""
+    if not isinstance(data.get("name"), str) or not data["name"]:
+        raise ModelError(f"{LABEL}: function call without a name: {data!r:.120}", True)
     raw = data.get("arguments") or ""
     try:
         arguments = json.loads(raw) if raw.strip() else {}

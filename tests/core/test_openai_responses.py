@@ -365,3 +365,35 @@ def test_a_timeout_is_retryable(server: ChatServer) -> None:
     err = model_error(lambda: model.generate(ask()))
 
     assert err.retryable is True and "timed out" in str(err)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "resp_1", "object": "response"},
+        {"id": "resp_1", "object": "response", "output": None},
+        {"id": "resp_1", "object": "response", "output": [{"type": "function_call"}]},
+    ],
+    ids=["no-output", "null-output", "nameless-call"],
+)
+def test_a_malformed_response_is_a_retryable_error(
+    server: ChatServer, model: OpenAIResponsesModel, body: dict[str, Any]
+) -> None:
+    server.script(Reply(body=body))
+
+    err = model_error(lambda: model.generate(ask()))
+
+    assert err.retryable is True and str(err).startswith("Responses API: ")
+
+
+def test_a_call_without_a_call_id_is_named_by_the_runner(server: ChatServer) -> None:
+    call = wire.function_call("fc_1", "", "look", '{"q": "x"}')
+    del call["call_id"]
+    server.script(wire.response([call]), wire.response([wire.message("x is 1")]))
+    model = OpenAIResponsesModel("test-model", base_url=server.base_url, timeout=5.0)
+
+    turn = AgentRunner().run(Agent("looker", model, tools=[look]), "find x")
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    sent = {i.get("type"): i for i in server.last_body["input"]}
+    assert sent["function_call"]["call_id"] == sent["function_call_output"]["call_id"] != ""
