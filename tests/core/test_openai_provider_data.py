@@ -138,7 +138,7 @@ def test_gemini_signatures_go_back_on_their_own_calls(
 def test_a_reasoning_parser_field_goes_back_under_its_own_name(
     server: ChatServer, model: OpenAIChatModel
 ) -> None:
-    # vLLM's and llama.cpp's newer parsers answer in `reasoning`
+    # vLLM's newer reasoning parsers (and OpenRouter, Ollama) answer in `reasoning`
     reply = wire.completion(None, tool_calls=[wire.tool_call("c1", "look", "{}")], reasoning="r")
     server.script(reply, wire.completion("done"))
 
