@@ -44,6 +44,10 @@ class Usage(BaseModel):
     input_tokens: int
     output_tokens: int
     total_tokens: int
+    #: The part of ``input_tokens`` read from the provider's prompt cache.
+    cached_input_tokens: int = 0
+    #: The part of ``output_tokens`` the model spent reasoning.
+    reasoning_tokens: int = 0
 
 
 class TurnView(BaseModel):

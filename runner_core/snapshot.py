@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -23,8 +24,8 @@ from runner_core.planning import TaskPlan
 from runner_core.policy import AgentExecutionPolicy
 from runner_core.status import AgentTurnPhase, AgentTurnStatus
 
-SCHEMA_VERSION = 1
-"""The snapshot schema this code writes and reads; any other version is rejected."""
+SCHEMA_VERSION = 2
+"""The snapshot schema this code writes; older ones it reads are migrated on load."""
 
 
 class SuspensionType(str, Enum):
@@ -267,13 +268,34 @@ def load_snapshot(
             raise SnapshotCorruptedError(turn_id, f"not JSON ({exc})") from exc
         if not isinstance(data, dict):
             raise SnapshotCorruptedError(turn_id, "not a JSON object")
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise SnapshotCorruptedError(turn_id, f"unknown schema_version {version!r}")
+    data = _migrated(data, turn_id)
     try:
         return AgentTurnSnapshot.model_validate(data)
     except ValidationError as exc:
         raise SnapshotCorruptedError(turn_id, _first_error(exc)) from exc
+
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added only optional fields (provider data on messages and calls)."""
+    return {**data, "schema_version": 2}
+
+
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
+"""For each older schema version, the step that lifts a record to the next one."""
+
+READABLE_VERSIONS = frozenset({*_MIGRATIONS, SCHEMA_VERSION})
+"""Every schema version ``load_snapshot`` reads (the Redis scripts accept the same)."""
+
+
+def _migrated(data: dict[str, Any], turn_id: str | None) -> dict[str, Any]:
+    """The record lifted to ``SCHEMA_VERSION``; ``SnapshotCorruptedError`` if unknown."""
+    version = data.get("schema_version")
+    while type(version) is int and version in _MIGRATIONS:
+        data = _MIGRATIONS[version](data)
+        version = data["schema_version"]
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise SnapshotCorruptedError(turn_id, f"unknown schema_version {version!r}")
+    return data
 
 
 def _first_error(exc: ValidationError) -> str:

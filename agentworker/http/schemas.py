@@ -242,6 +242,8 @@ def turn_summary(s: AgentTurnSnapshot, children: list[str] | None = None) -> dic
             "input_tokens": s.usage.input_tokens,
             "output_tokens": s.usage.output_tokens,
             "total_tokens": s.usage.total_tokens,
+            "cached_input_tokens": s.usage.cached_input_tokens,
+            "reasoning_tokens": s.usage.reasoning_tokens,
         },
         "progress": _progress(s),
         "final_output": s.final_output if s.status is AgentTurnStatus.COMPLETED else None,

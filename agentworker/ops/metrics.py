@@ -65,6 +65,8 @@ class Metrics:
     model_seconds: Any
     model_errors: Any
     tokens: Any
+    cached_input_tokens: Any
+    reasoning_tokens: Any
     tool_seconds: Any
     tool_errors: Any
     sweep_seconds: Any
@@ -120,6 +122,18 @@ def metrics() -> Metrics | None:
         ),
         tokens=Counter(
             "agentworker_tokens", "Tokens used by model calls.", ["agent", "model", "direction"]
+        ),
+        # Parts of the input and output directions, so their own series: a sum over
+        # ``direction`` stays the total.
+        cached_input_tokens=Counter(
+            "agentworker_cached_input_tokens",
+            "Input tokens read from the provider's prompt cache.",
+            ["agent", "model"],
+        ),
+        reasoning_tokens=Counter(
+            "agentworker_reasoning_tokens",
+            "Output tokens the model spent reasoning.",
+            ["agent", "model"],
         ),
         tool_seconds=Histogram(
             "agentworker_tool_call_duration_seconds",
@@ -279,6 +293,8 @@ class MetricsMiddleware(Middleware):
         if usage is not None:
             m.tokens.labels(agent, model, "input").inc(usage.input_tokens)
             m.tokens.labels(agent, model, "output").inc(usage.output_tokens)
+            m.cached_input_tokens.labels(agent, model).inc(usage.cached_input_tokens)
+            m.reasoning_tokens.labels(agent, model).inc(usage.reasoning_tokens)
         return response
 
     def wrap_tool(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runner_core.models.base import Usage
 from runner_core.policy import AgentBudget
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.status import AgentTurnPhase
@@ -23,7 +24,11 @@ def duration_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, clock: Clock) 
 
 
 def tokens_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, *, strict: bool) -> str | None:
-    """Token limits: ``strict`` (after a response) fires above the limit, else at it."""
+    """Token limits: ``strict`` (after a response) fires above the limit, else at it.
+
+    Cached input and reasoning tokens count: they are parts of the input and output
+    totals (a provider bills them), and the reason names them where there are any.
+    """
     u = st.usage
     for name, used, limit in (
         ("max_input_tokens", u.input_tokens, budget.max_input_tokens),
@@ -31,8 +36,18 @@ def tokens_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, *, strict: bool)
         ("max_total_tokens", u.total_tokens, budget.max_total_tokens),
     ):
         if limit is not None and (used > limit if strict else used >= limit):
-            return f"{name} (used={used}, limit={limit})"
+            return f"{name} (used={used}{_parts(name, u)}, limit={limit})"
     return None
+
+
+def _parts(name: str, u: Usage) -> str:
+    """The cached and reasoning parts of a limit's count, where there are any."""
+    parts = []
+    if name != "max_output_tokens" and u.cached_input_tokens:
+        parts.append(f"cached={u.cached_input_tokens}")
+    if name != "max_input_tokens" and u.reasoning_tokens:
+        parts.append(f"reasoning={u.reasoning_tokens}")
+    return "".join(f", {p}" for p in parts)
 
 
 def tool_calls_exceeded(

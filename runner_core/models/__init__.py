@@ -26,6 +26,7 @@ from runner_core.models.function import INVALID_ARGUMENTS_KEY, FunctionModel, St
 if TYPE_CHECKING:
     from runner_core.models.anthropic import AnthropicChatModel
     from runner_core.models.openai import OpenAIChatModel
+    from runner_core.models.openai_responses import OpenAIResponsesModel
 
 
 def __getattr__(name: str) -> Any:
@@ -38,6 +39,10 @@ def __getattr__(name: str) -> Any:
         from runner_core.models.openai import OpenAIChatModel
 
         return OpenAIChatModel
+    if name == "OpenAIResponsesModel":
+        from runner_core.models.openai_responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -54,6 +59,7 @@ __all__ = [
     "ModelResponse",
     "ModelStreamEvent",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "OutputSchema",
     "ReasoningDelta",
     "StreamAssembler",

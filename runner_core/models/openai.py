@@ -8,13 +8,9 @@ RETRY_SCHEDULED is the one retry layer, fed by ``ModelError.retryable`` and ``re
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import math
 import os
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from datetime import UTC
 from typing import Any, assert_never
 
 import openai
@@ -22,12 +18,14 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
 from runner_core._engine import aio
+from runner_core._engine.frozen import thaw
 from runner_core.messages import (
     AiMessage,
     ContentPart,
     Message,
     SystemMessage,
     TextPart,
+    ToolCall,
     ToolMessage,
     UserMessage,
 )
@@ -45,6 +43,7 @@ from runner_core.models.base import (
     Usage,
 )
 from runner_core.models.function import StreamAssembler
+from runner_core.models.openai_errors import malformed_answer, parse_retry_after, to_model_error
 
 DEFAULT_MODEL = "gpt-4o-mini"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -63,14 +62,11 @@ REQUEST_SETTINGS = frozenset(
 TOOL_SETTINGS = frozenset({"parallel_tool_calls", "tool_choice"})
 """Settings sent only with tools: servers reject them on a request without any."""
 
-FATAL_ERROR_CODES = frozenset({"insufficient_quota", "context_length_exceeded"})
-"""Error codes that no retry can fix, whatever the HTTP status."""
-
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
-"""Client-error statuses worth retrying (besides every 5xx)."""
-
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 """Where servers put reasoning text (DeepSeek and vLLM; OpenRouter and Ollama)."""
+
+PROVIDER = "openai_chat"
+"""The key of this adapter's ``provider_data``: it replays only data under this key."""
 
 
 class OpenAIChatModel:
@@ -154,7 +150,7 @@ class OpenAIChatModel:
             raise to_model_error(err) from err
         except json.JSONDecodeError as err:
             raise malformed_answer(err) from err
-        yield StreamDone(_response(assembler, usage))
+        yield StreamDone(_streamed(assembler, usage, slots))
 
     async def astream(self, request: ModelRequest) -> AsyncIterator[ModelStreamEvent]:
         """``stream`` over the async client (a sync client's stream is read in a thread)."""
@@ -179,7 +175,7 @@ class OpenAIChatModel:
             raise to_model_error(err) from err
         except json.JSONDecodeError as err:
             raise malformed_answer(err) from err
-        yield StreamDone(_response(assembler, usage))
+        yield StreamDone(_streamed(assembler, usage, slots))
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for one request."""
@@ -201,10 +197,10 @@ def _answer(completion: object) -> ModelResponse:
     """A complete (non-streamed) answer as a response."""
     if not isinstance(completion, ChatCompletion):
         raise ModelError(f"server returned no chat completion: {completion!r:.200}", True)
-    assembler = StreamAssembler()
-    for event in _completion_events(completion):
+    assembler, extras = StreamAssembler(), _Extras()
+    for event in _completion_events(completion, extras):
         assembler.add(event)
-    return _response(assembler, _usage(completion.usage))
+    return _response(assembler, _usage(completion.usage), extras)
 
 
 def _make_client(
@@ -260,20 +256,43 @@ def _wire_content(content: str | Sequence[ContentPart]) -> str | list[dict[str, 
 
 
 def _wire_assistant(message: AiMessage) -> dict[str, Any]:
-    """An assistant message; reasoning stays out (servers such as DeepSeek reject it)."""
+    """An assistant message, with what this adapter recorded to replay.
+
+    Reasoning goes back in the field the server sent it in: DeepSeek's thinking mode
+    refuses a conversation with tool calls whose answers lack it (every answer of such
+    a user turn, the last one too) and ignores it elsewhere. Data of another provider,
+    and reasoning this adapter did not record, are never sent.
+    """
     wire: dict[str, Any] = {"role": "assistant", "content": message.text}
     if message.tool_calls:
-        wire["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-            }
-            for call in message.tool_calls
-        ]
+        wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
     elif message.text is None:
         wire["content"] = ""
+    own = _own(message.provider_data)
+    field = own.get("reasoning_field")
+    if field in REASONING_FIELDS and message.reasoning:
+        wire[field] = message.reasoning
+    if isinstance(own.get("extra_content"), Mapping):
+        wire["extra_content"] = thaw(own["extra_content"])
     return wire
+
+
+def _wire_call(call: ToolCall) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+    }
+    extra = _own(call.provider_data).get("extra_content")
+    if isinstance(extra, Mapping):  # Gemini's thought signature rides here
+        wire["extra_content"] = thaw(extra)
+    return wire
+
+
+def _own(provider_data: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The part of a message's or call's provider data that is ours (empty if none)."""
+    own = (provider_data or {}).get(PROVIDER)
+    return own if isinstance(own, Mapping) else {}
 
 
 def to_wire_tool(spec: ToolSpec) -> dict[str, Any]:
@@ -298,29 +317,37 @@ def to_wire_response_format(output: OutputSchema) -> dict[str, Any]:
 # --- the wire -> our messages -------------------------------------------------------------
 
 
-def _completion_events(completion: ChatCompletion) -> Iterator[ModelStreamEvent]:
+def _completion_events(completion: ChatCompletion, extras: _Extras) -> Iterator[ModelStreamEvent]:
     """A complete answer as deltas, so that one assembler serves both paths."""
     if not completion.choices:
         return
     message = completion.choices[0].message
     if message is None:  # a server or proxy that answered something else than a completion
         raise ModelError("server returned a choice without a message", retryable=True)
-    yield from _text_events(message, message.content or message.refusal)
+    extras.message(message)
+    yield from _text_events(message, message.content or message.refusal, extras)
     for index, call in enumerate(message.tool_calls or ()):
         function = getattr(call, "function", None)
         if function is not None:
+            extras.call(index, call)
             yield ToolCallDelta(index, call.id, function.name, function.arguments or "")
 
 
 def _chunk_events(chunk: ChatCompletionChunk, slots: _CallSlots) -> Iterator[ModelStreamEvent]:
     """The deltas of one streamed chunk (first choice only)."""
+    if chunk.usage is not None:
+        slots.ended = True  # the usage chunk comes last
     if not chunk.choices:
         return
+    if getattr(chunk.choices[0], "finish_reason", None):
+        slots.ended = True
     delta = chunk.choices[0].delta
-    yield from _text_events(delta, delta.content or delta.refusal)
+    slots.extras.message(delta)
+    yield from _text_events(delta, delta.content or delta.refusal, slots.extras)
     for call in delta.tool_calls or ():
         call_id = call.id or None
         index = slots.slot(getattr(call, "index", None), call_id)
+        slots.extras.call(index, call)
         function = call.function
         name = function.name if function else None
         yield ToolCallDelta(index, call_id, name, (function.arguments if function else "") or "")
@@ -333,6 +360,10 @@ class _CallSlots:
         self._by_id: dict[str, int] = {}
         self._last = 0
         self._next = 0
+        #: What the stream carries to replay beside the deltas.
+        self.extras = _Extras()
+        #: Whether a chunk said the answer is over (a finish reason, or the usage).
+        self.ended = False
 
     def slot(self, index: int | None, call_id: str | None) -> int:
         """The given index; else the slot of this id, a new one, or the last one."""
@@ -344,11 +375,63 @@ class _CallSlots:
         return index
 
 
-def _text_events(source: object, text: str | None) -> Iterator[ModelStreamEvent]:
+class _Extras:
+    """What an answer carries to replay: its reasoning field and extras, each call's extras."""
+
+    def __init__(self) -> None:
+        self.reasoning_field: str | None = None
+        #: The answer's own ``extra_content``.
+        self.answer: dict[str, Any] = {}
+        #: Every call index seen (in the assembled order) and the calls' ``extra_content``.
+        self.indexes: set[int] = set()
+        self.calls: dict[int, dict[str, Any]] = {}
+
+    def message(self, source: object) -> None:
+        """Keep a message's or delta's ``extra_content``."""
+        extra = getattr(source, "extra_content", None)
+        if isinstance(extra, dict) and extra:
+            self.answer.update(extra)
+
+    def call(self, index: int, call: object) -> None:
+        """Keep a call's ``extra_content`` (Gemini: ``{"google": {"thought_signature"}}``)."""
+        self.indexes.add(index)
+        extra = getattr(call, "extra_content", None)
+        if isinstance(extra, dict) and extra:
+            self.calls.setdefault(index, {}).update(extra)
+
+    def applied(self, message: AiMessage) -> AiMessage:
+        """The message with this adapter's provider data on it and its calls."""
+        own: dict[str, Any] = {}
+        if self.reasoning_field is not None and message.reasoning:
+            own["reasoning_field"] = self.reasoning_field
+        if self.answer:
+            own["extra_content"] = self.answer
+        if not own and not self.calls:
+            return message
+        order = sorted(self.indexes)  # the assembler orders calls by index too
+        calls = [self._call(call, order[i]) for i, call in enumerate(message.tool_calls)]
+        return AiMessage(
+            id=message.id,
+            text=message.text,
+            tool_calls=calls,
+            reasoning=message.reasoning,
+            provider_data={PROVIDER: own} if own else None,
+        )
+
+    def _call(self, call: ToolCall, index: int) -> ToolCall:
+        extra = self.calls.get(index)
+        if extra is None:
+            return call
+        data = {PROVIDER: {"extra_content": extra}}
+        return ToolCall(id=call.id, name=call.name, arguments=call.arguments, provider_data=data)
+
+
+def _text_events(source: object, text: str | None, extras: _Extras) -> Iterator[ModelStreamEvent]:
     """Reasoning (from whichever field the server uses), then answer text."""
     for name in REASONING_FIELDS:
         reasoning = getattr(source, name, None)
         if isinstance(reasoning, str) and reasoning:
+            extras.reasoning_field = extras.reasoning_field or name
             yield ReasoningDelta(reasoning)
             break
     if text:
@@ -356,109 +439,43 @@ def _text_events(source: object, text: str | None) -> Iterator[ModelStreamEvent]
 
 
 def _usage(usage: CompletionUsage | None) -> Usage:
+    """Tokens of one answer, with the cached and reasoning parts where the server says."""
     if usage is None:
         return Usage()
-    return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+    prompt, completion = usage.prompt_tokens_details, usage.completion_tokens_details
+    cached = (prompt.cached_tokens if prompt else None) or getattr(
+        usage,
+        "prompt_cache_hit_tokens",
+        None,  # DeepSeek's own name for it
+    )
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cached_input_tokens=cached if isinstance(cached, int) else 0,
+        reasoning_tokens=(completion.reasoning_tokens if completion else None) or 0,
+    )
 
 
-def _response(assembler: StreamAssembler, usage: Usage) -> ModelResponse:
+def _streamed(assembler: StreamAssembler, usage: Usage, slots: _CallSlots) -> ModelResponse:
+    """The streamed answer; a stream that stopped before saying it was done is retried.
+
+    Nothing of a cut answer is kept: its last tool call's arguments may be cut too.
+    """
+    if not slots.ended:
+        raise ModelError("model stream ended before the answer finished", retryable=True)
+    return _response(assembler, usage, slots.extras)
+
+
+def _response(assembler: StreamAssembler, usage: Usage, extras: _Extras) -> ModelResponse:
     """The assembled answer; an answer with neither text nor tool calls is an error.
 
     A tool call the server sent without an id keeps ``""``: the runner fills it as
     ``{turn_id}-{iteration}-{index}``.
     """
-    message = assembler.message()
+    message = extras.applied(assembler.message())
     if not message.text and not message.tool_calls:
         raise ModelError("model returned an empty response", retryable=True)
     return ModelResponse(message, usage)
 
 
-# --- errors -------------------------------------------------------------------------------
-
-
-def to_model_error(err: openai.OpenAIError) -> ModelError:
-    """Classify an SDK error: transient ones are retryable, the rest are not."""
-    if isinstance(err, openai.APITimeoutError):
-        return ModelError(f"model request timed out: {_cause(err)}", retryable=True)
-    if isinstance(err, openai.APIConnectionError):
-        return ModelError(f"cannot reach the model server: {_cause(err)}", retryable=True)
-    if isinstance(err, openai.APIStatusError):
-        return _status_error(err)
-    if isinstance(err, openai.APIError):
-        # An error event inside a stream: the server gave up mid-answer.
-        code = _error_code(err)
-        label = f" ({code})" if code else ""
-        return ModelError(
-            f"model stream failed{label}: {err.message}", code not in FATAL_ERROR_CODES
-        )
-    return ModelError(f"model call failed: {err}", retryable=False)
-
-
-def malformed_answer(err: json.JSONDecodeError) -> ModelError:
-    """A body that is not JSON (a proxy's error page, a cut connection): worth retrying."""
-    return ModelError(f"model server sent malformed JSON: {err}", retryable=True)
-
-
-def _status_error(err: openai.APIStatusError) -> ModelError:
-    status = err.status_code
-    code = _error_code(err)
-    retryable = (status in RETRYABLE_STATUSES or status >= 500) and code not in FATAL_ERROR_CODES
-    label = f"HTTP {status}" + (f" {code}" if code else "")
-    return ModelError(
-        f"model server answered {label}: {_server_message(err)}",
-        retryable,
-        retry_after=parse_retry_after(err.response.headers),
-    )
-
-
-def _error_code(err: openai.APIError) -> str | None:
-    """The error's ``code``, or its ``type`` (OpenAI puts ``insufficient_quota`` in both)."""
-    for value in (err.code, err.type):
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def _server_message(err: openai.APIStatusError) -> str:
-    body = err.body
-    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
-        return str(body["message"])
-    if isinstance(body, str) and body.strip():
-        return body.strip()[:500]
-    return err.message
-
-
-def _cause(err: BaseException) -> str:
-    cause = err.__cause__
-    return f"{err} ({type(cause).__name__}: {cause})" if cause else str(err)
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        seconds = _float(raw)
-        if seconds is None and scale == 1.0:
-            seconds = _seconds_until(raw)
-        if seconds is not None and math.isfinite(seconds):
-            return max(0.0, seconds * scale)
-    return None
-
-
-def _float(raw: str) -> float | None:
-    try:
-        return float(raw.strip())
-    except ValueError:
-        return None
-
-
-def _seconds_until(http_date: str) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(http_date)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # "-0000" means UTC with no claim about the local zone
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp() - time.time()
+__all__ = ["OpenAIChatModel", "malformed_answer", "parse_retry_after", "to_model_error"]

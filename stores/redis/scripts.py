@@ -1,7 +1,8 @@
 """The Lua scripts next to this module, registered once, and typed wrappers around them.
 
 Each ``.lua`` file is one atomic operation and lists its KEYS and ARGV in its header. The
-scripts marked below get ``local SCHEMA = '<record version>'`` and ``_lib.lua`` prepended.
+scripts marked below get ``local SCHEMA = '<record version>'``, ``local READABLE = {...}``
+(the versions ``load_snapshot`` reads) and ``_lib.lua`` prepended.
 They run by EVALSHA; after a server restart (empty script cache) redis-py's ``Script``
 reloads on NOSCRIPT, and ``pipelined`` does the same for pipelines.
 
@@ -38,7 +39,7 @@ from runner_core.errors import (
     TurnLeasedError,
     TurnNotFoundError,
 )
-from runner_core.snapshot import SCHEMA_VERSION
+from runner_core.snapshot import READABLE_VERSIONS, SCHEMA_VERSION
 from runner_core.status import AgentTurnStatus
 from runner_core.store import CancelResult, SaveResult
 from stores.redis.codec import Arg, fields_of, text
@@ -89,6 +90,12 @@ class Loaded:
     messages: list[Any]
 
 
+def _schema_lines() -> str:
+    """The Lua lines naming the record version written and every version read."""
+    readable = ", ".join(f"['{v}'] = true" for v in sorted(READABLE_VERSIONS))
+    return f"local SCHEMA = '{SCHEMA_VERSION}'\nlocal READABLE = {{{readable}}}\n"
+
+
 def _source(name: str) -> str:
     return (_HERE / f"{name}.lua").read_text(encoding="utf-8")
 
@@ -100,7 +107,7 @@ class Scripts:
         self.redis = redis
         #: A cluster client: script calls go one by one, routed by their slot.
         self.cluster = is_cluster(redis)
-        lib = f"local SCHEMA = '{SCHEMA_VERSION}'\n" + _source("_lib")
+        lib = _schema_lines() + _source("_lib")
         self.by_name: dict[str, Script] = {}
         for name in _WITH_LIB:
             self.by_name[name] = redis.register_script(lib + "\n" + _source(name))

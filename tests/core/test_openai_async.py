@@ -124,7 +124,9 @@ def test_the_sync_forms_work_for_a_direct_caller(
 ) -> None:
     server.script(
         wire.completion("Hello!"),
-        Reply(chunks=[wire.chunk({"content": "Hi "}), wire.chunk({"content": "there"})]),
+        Reply(
+            chunks=[wire.chunk({"content": "Hi "}), wire.chunk({"content": "there"}), wire.finish()]
+        ),
     )
     request = ModelRequest([UserMessage("hi")])
 

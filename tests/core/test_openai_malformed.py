@@ -19,7 +19,7 @@ from runner_core import (
     RetryPolicy,
 )
 from runner_core.messages import UserMessage
-from runner_core.models import ModelError, ModelRequest
+from runner_core.models import ModelError, ModelRequest, StreamDone
 from runner_core.models.openai import OpenAIChatModel
 from tests.support.chat_server import ChatServer, Reply
 
@@ -88,3 +88,34 @@ def test_the_turn_is_retried_and_completes(server: ChatServer) -> None:
     assert turn.status is AgentTurnStatus.COMPLETED
     assert turn.final_output == "Done."
     assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [wire.chunk({"role": "assistant", "content": "The answer is"})],
+        [wire.chunk(wire.tool_delta(0, '{"city": "Ro', call_id="c1", name="get_weather"))],
+    ],
+    ids=["text", "tool-call"],
+)
+def test_a_stream_that_stops_before_its_end_is_retryable_and_runs_nothing(
+    server: ChatServer, model: OpenAIChatModel, pieces: list[dict[str, object]]
+) -> None:
+    # A clean end of the body, but no finish_reason and no usage chunk: the answer was cut
+    server.script(Reply(chunks=pieces))
+
+    with pytest.raises(ModelError) as info:
+        list(model.stream(ask()))
+
+    assert info.value.retryable is True
+    assert "ended before the answer finished" in str(info.value)
+
+
+def test_a_stream_ended_by_its_usage_chunk_alone_is_complete(
+    server: ChatServer, model: OpenAIChatModel
+) -> None:
+    server.script(Reply(chunks=[wire.chunk({"content": "Hi"}), wire.chunk(usage=wire.usage(1, 1))]))
+
+    done = list(model.stream(ask()))[-1]
+
+    assert isinstance(done, StreamDone) and done.response.message.text == "Hi"

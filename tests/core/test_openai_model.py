@@ -337,6 +337,7 @@ def test_stream_interleaves_two_tool_calls_by_index(
                 wire.chunk(wire.tool_delta(1, '{"city":', call_id="b", name="get_weather")),
                 wire.chunk(wire.tool_delta(1, '"Oslo"}')),
                 wire.chunk(wire.tool_delta(0, '"Rome"}')),
+                wire.finish("tool_calls"),
             ]
         )
     )
@@ -368,6 +369,7 @@ def test_stream_infers_tool_call_indexes_a_server_leaves_out(
                 wire.chunk(call("g1", "get_weather", '{"city": "Rome"}')),
                 wire.chunk(call("g2", "get_weather", '{"city":')),
                 wire.chunk(call(None, None, ' "Oslo"}')),
+                wire.finish("tool_calls"),
             ]
         )
     )
@@ -385,7 +387,7 @@ def test_tool_calls_without_ids_are_left_for_the_runner_to_name(
     server: ChatServer, model: OpenAIChatModel
 ) -> None:
     id_less = {"index": 0, "function": {"name": "get_weather", "arguments": "{}"}}
-    server.script(Reply(chunks=[wire.chunk({"tool_calls": [id_less]})]))
+    server.script(Reply(chunks=[wire.chunk({"tool_calls": [id_less]}), wire.finish("tool_calls")]))
 
     done = list(model.stream(ask(tools=[WEATHER])))[-1]
 
@@ -402,6 +404,7 @@ def test_stream_yields_reasoning_deltas(server: ChatServer, model: OpenAIChatMod
                 wire.chunk({"reasoning_content": "Think"}),
                 wire.chunk({"reasoning_content": "ing."}),
                 wire.chunk({"content": "Done."}),
+                wire.finish(),
             ]
         )
     )
@@ -418,7 +421,12 @@ def test_stream_with_invalid_arguments_keeps_them_raw(
     server: ChatServer, model: OpenAIChatModel
 ) -> None:
     server.script(
-        Reply(chunks=[wire.chunk(wire.tool_delta(0, "{oops", call_id="c", name="get_weather"))])
+        Reply(
+            chunks=[
+                wire.chunk(wire.tool_delta(0, "{oops", call_id="c", name="get_weather")),
+                wire.finish("tool_calls"),
+            ]
+        )
     )
 
     done = list(model.stream(ask(tools=[WEATHER])))[-1]

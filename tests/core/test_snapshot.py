@@ -182,12 +182,49 @@ def minimal(**extra: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("version", [0, 2, 99, None, "1"])
+@pytest.mark.parametrize("version", [0, 3, 99, None, "1", "2", True, 2.0])
 def test_unknown_schema_version_is_rejected(version: object) -> None:
     data = minimal(schema_version=version)
 
     with pytest.raises(SnapshotCorruptedError, match="unknown schema_version"):
         load_snapshot(json.dumps(data), turn_id="t")
+
+
+def test_a_version_1_record_loads_as_the_current_schema() -> None:
+    # Given a record as version 1 wrote it: messages and calls without provider data
+    call = {"id": "c1", "name": "look", "arguments": {"q": "x"}, "original_id": None}
+    data = minimal(
+        schema_version=1,
+        messages=[
+            {"id": "m1", "role": "user", "content": "hi"},
+            {"id": "m2", "role": "assistant", "text": None, "tool_calls": [call],
+             "reasoning": "think"},
+        ],
+        pending_tool_calls=[call],
+    )  # fmt: skip
+
+    loaded = load_snapshot(json.dumps(data), turn_id="t")
+
+    assert SCHEMA_VERSION == 2
+    assert loaded.schema_version == SCHEMA_VERSION
+    ai = loaded.messages[1]
+    assert isinstance(ai, AiMessage) and ai.reasoning == "think"
+    assert ai.provider_data is None and ai.tool_calls[0].provider_data is None
+    assert loaded.pending_tool_calls[0].arguments == {"q": "x"}
+    assert json.loads(loaded.model_dump_json())["schema_version"] == 2
+    assert data["schema_version"] == 1  # the caller's record is not changed
+
+
+def test_provider_data_survives_a_round_trip() -> None:
+    call = ToolCall(id="c1", name="look", provider_data={"p": {"sig": "s1"}})
+    ai = AiMessage(tool_calls=[call], provider_data={"p": {"items": [{"a": 1}]}})
+    data = minimal(messages=[json.loads(ai.model_dump_json())])
+
+    loaded = load_snapshot(json.dumps(data)).messages[0]
+
+    assert loaded == ai
+    assert isinstance(loaded, AiMessage)
+    assert loaded.tool_calls[0].provider_data == {"p": {"sig": "s1"}}
 
 
 def test_missing_schema_version_is_rejected() -> None:

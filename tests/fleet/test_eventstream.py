@@ -167,7 +167,9 @@ def test_values_that_are_not_json_are_converted(client: redis.Redis, ns: str) ->
     )
     bridge.flush()
     data = read_events(client, ns, "t")[0][1]["data"]
-    assert data["usage"] == {"input_tokens": 3, "output_tokens": 0}
+    assert data["usage"] == {
+        "input_tokens": 3, "output_tokens": 0, "cached_input_tokens": 0, "reasoning_tokens": 0
+    }  # fmt: skip
     assert data["status_enum"] == "RUNNING" and data["tags"] == ["x"]
 
 

@@ -14,13 +14,18 @@ from prometheus_client import REGISTRY  # noqa: E402
 from agentworker.fleet.stepping import step_once, sweep_once  # noqa: E402
 from agentworker.ops import metrics  # noqa: E402
 from runner_core import (  # noqa: E402
+    Agent,
     AgentResumeCommand,
     AgentRunner,
     AgentTurnOptions,
     AgentTurnStatus,
+    AiMessage,
+    FunctionModel,
     InMemoryAgentLoader,
     InMemoryAgentTurnStore,
 )
+from runner_core.models import ModelResponse, Usage  # noqa: E402
+from runner_core.telemetry import model_name  # noqa: E402
 from tests.support.observed import CHILD, MODEL, POLICY, ROOT, agents, memory_fail_once  # noqa: E402
 
 
@@ -248,3 +253,21 @@ def test_a_lease_cut_at_the_backstop_is_counted() -> None:
     assert value("agentworker_leases_cut_total") - before == 1
     assert outcome == ["fenced"]
     assert value("agentworker_fenced_steps_total", reason="lease_cut") - fenced_before == 1
+
+
+def test_cached_input_and_reasoning_tokens_have_their_own_counters() -> None:
+    usage = Usage(input_tokens=100, output_tokens=60, cached_input_tokens=80, reasoning_tokens=50)
+    agent = Agent("parts", FunctionModel(lambda r: ModelResponse(AiMessage("hi"), usage)))
+    runner = AgentRunner(
+        InMemoryAgentTurnStore(), InMemoryAgentLoader([agent]), middleware=metrics.middleware()
+    )
+    model = model_name(agent.model, {})
+    names = ("agentworker_cached_input_tokens_total", "agentworker_reasoning_tokens_total")
+    before = [value(name, agent="parts", model=model) for name in names]
+
+    runner.run("parts", "go")
+
+    after = [value(name, agent="parts", model=model) for name in names]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [80, 50]
+    output = value("agentworker_tokens_total", agent="parts", model=model, direction="output")
+    assert output >= 60  # the output direction still holds the reasoning part

@@ -1,7 +1,10 @@
 """A scripted local server speaking the Chat Completions protocol (JSON and SSE), for tests.
 
 Each POST to ``/v1/chat/completions`` takes the next scripted ``Reply`` and records the
-request body, so a test can assert on what reached the wire. Nothing here talks to a
+request body, so a test can assert on what reached the wire. A reply may ``require``
+something of the request and answer 400 without it, as DeepSeek and Gemini refuse a tool
+loop whose reasoning or signatures were dropped. SSE chunks with a ``type`` go out as
+named events when ``named`` is set (the Responses API's stream). Nothing here talks to a
 hosted service.
 """
 
@@ -12,6 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,6 +31,10 @@ class Reply:
     chunks: list[Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: ``require(body)``: why the request is refused (answered 400), or None to answer.
+    require: Callable[[dict[str, Any]], str | None] | None = None
+    #: Send each SSE chunk's ``type`` as its ``event:`` line, and no ``[DONE]``.
+    named: bool = False
 
 
 @dataclass
@@ -92,6 +100,9 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             reply = server.take(
                 Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             )
+            refused = reply.require(body) if reply.require else None
+            if refused is not None:
+                reply = error(400, refused, code="invalid_request_error")
             time.sleep(reply.delay)
             try:
                 if reply.chunks is not None:
@@ -117,9 +128,12 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             for name, value in reply.headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            for chunk in [*(reply.chunks or []), "[DONE]"]:
+            chunks = reply.chunks or []
+            for chunk in chunks if reply.named else [*chunks, "[DONE]"]:
                 data = chunk if isinstance(chunk, str) else json.dumps(chunk)
-                self.wfile.write(f"data: {data}\n\n".encode())
+                named = reply.named and isinstance(chunk, dict) and "type" in chunk
+                event = f"event: {chunk['type']}\n" if named else ""
+                self.wfile.write(f"{event}data: {data}\n\n".encode())
                 self.wfile.flush()
 
     return Handler
@@ -177,9 +191,12 @@ def completion(
     return Reply(body=body)
 
 
-def chunk(delta: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def chunk(
+    delta: dict[str, Any] | None = None, *, finish_reason: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """One ``chat.completion.chunk``; ``delta=None`` gives the usage-only final chunk."""
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    choices = [] if delta is None else [choice]
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",
@@ -188,6 +205,11 @@ def chunk(delta: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
         "choices": choices,
         **extra,
     }
+
+
+def finish(reason: str = "stop") -> dict[str, Any]:
+    """The chunk that ends a streamed answer (before the usage chunk, if one is asked for)."""
+    return chunk({}, finish_reason=reason)
 
 
 def tool_delta(

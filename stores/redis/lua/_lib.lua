@@ -1,6 +1,8 @@
 -- _lib.lua: helpers shared by the write and claim scripts. Not a script on its own:
--- scripts.py prepends `local SCHEMA = '<record version>'` and this file to the scripts
--- that use it, so each script stays one atomic EVALSHA.
+-- scripts.py prepends `local SCHEMA = '<record version>'` (the version written) and
+-- `local READABLE = {...}` (every version read: older records are migrated when the worker
+-- parses them) and this file to the scripts that use it, so each script stays one atomic
+-- EVALSHA.
 --
 -- Conventions: every number a script stores arrives as a string from Python (exact
 -- floats, no Lua %.14g rounding); the server clock comes from TIME as an exact string;
@@ -33,7 +35,7 @@ local function read(key, id)
   local f = {}
   for i, name in ipairs(FIELDS) do f[name] = values[i] or '' end
   if f.sv == '' and f.v == '' and f.st == '' then return nil, {'NOT_FOUND', id} end
-  if f.sv ~= SCHEMA then return nil, {'CORRUPT', id, 'unknown record version ' .. f.sv} end
+  if not READABLE[f.sv] then return nil, {'CORRUPT', id, 'unknown record version ' .. f.sv} end
   f.version = tonumber(f.v)
   if not f.version or f.st == '' or not tonumber(f.n) then
     return nil, {'CORRUPT', id, 'header lacks version, status or count'}
@@ -248,11 +250,12 @@ local function write(T, keys, b, prev, rid, now)
     if not falsy(prev.cr) then cr = prev.cr end
     lu = prev.lu
   end
-  redis.call('HSET', hkey, 'v', v, 'st', b.st, 'body', b.body, 'nra', b.nra, 'cx', cx,
-             'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid, 'ua', b.ua,
-             'wait', b.wait)
+  -- sv on every write: the body is written in the current schema, an older record's too
+  redis.call('HSET', hkey, 'sv', SCHEMA, 'v', v, 'st', b.st, 'body', b.body, 'nra', b.nra,
+             'cx', cx, 'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid,
+             'ua', b.ua, 'wait', b.wait)
   if not prev then
-    redis.call('HSET', hkey, 'sv', SCHEMA, 'ca', b.ca, 'par', b.par, 'root', b.root,
+    redis.call('HSET', hkey, 'ca', b.ca, 'par', b.par, 'root', b.root,
                'conv', b.conv, 'agent', b.agent, 'ev', 0)
     if not TERMINAL[b.st] then redis.call('ZADD', T.live, b.ca, b.id) end
     if b.par ~= '' then redis.call('RPUSH', kkey, b.id) end
