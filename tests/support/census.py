@@ -25,6 +25,7 @@ from runner_core import (
     PayloadTooLargeError,
     RetryPolicy,
     SnapshotCorruptedError,
+    ToolMessage,
     TurnNotFoundError,
     UserMessage,
     load_snapshot,
@@ -41,6 +42,8 @@ LIMITS = AgentLimits(
     max_resume_data_bytes=500,
     max_tool_result_bytes=300,
     max_model_answer_bytes=300,
+    max_history_messages=5,
+    max_history_bytes=500,
 )
 #: The runner's policy in the census.
 POLICY = AgentExecutionPolicy(limits=LIMITS)
@@ -172,6 +175,30 @@ RUNNER: list[Case] = [
         "history",
         lambda s: s.start(history=[{"role": "user"}]),
     ),
+    Case(
+        "runner.start: history of more messages than its limit",
+        PayloadTooLargeError,
+        "history",
+        lambda s: s.start(history=[UserMessage("hi")] * 6),
+    ),
+    Case(
+        "runner.start: history over its byte limit",
+        PayloadTooLargeError,
+        "history",
+        lambda s: s.start(history=[UserMessage("x" * 501)]),
+    ),
+    Case(
+        "runner.start: history of 16 MiB",
+        PayloadTooLargeError,
+        "history",
+        lambda s: s.start(history=[UserMessage("x" * 4 * MIB)] * 4),
+    ),
+    Case(
+        "runner.start: history holding a long tool result",
+        PayloadTooLargeError,
+        "history",
+        lambda s: s.start(history=[ToolMessage(call_id="c1", name="pay", content="r" * 600)]),
+    ),
     Case("runner.start: input is an int", TYPE, "input", lambda s: s.start(approval_agent(), 42)),
     Case(
         "runner.start: input over its limit",
@@ -239,6 +266,12 @@ RUNNER: list[Case] = [
         PayloadTooLargeError,
         "input",
         lambda s: s.astart(approval_agent(), "x" * 16 * MIB),
+    ),
+    Case(
+        "runner.astart: history over its byte limit",
+        PayloadTooLargeError,
+        "history",
+        lambda s: s.astart(approval_agent(), "x", history=[UserMessage("x" * 501)]),
     ),
     Case(
         "runner.astart: input is bytes",
