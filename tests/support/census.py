@@ -8,7 +8,10 @@ same version and status. ``case.id`` reads as a row of the table in docs/limits.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
+import json
+import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -514,3 +517,84 @@ RECORDS: list[Case] = [
 
 #: Every case of the census that needs no server.
 ALL = [*RUNNER, *COMMANDS, *OPTIONS, *NESTED, *RECORDS]
+
+
+# -- HTTP query parameters ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueryCase:
+    """One row over HTTP: ``"GET path: what was wrong"``, the status, the field it names.
+
+    ``query`` is the query string (``{id}`` in ``path`` is the scene's waiting turn);
+    ``headers`` are sent besides the credential's.
+    """
+
+    row: str
+    status: int
+    field: str
+    query: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def path(self) -> str:
+        """The path of the row (``/turns``, ``/turns/{id}/wait``, ...)."""
+        return self.row.split(": ", 1)[0].removeprefix("GET ")
+
+    @property
+    def id(self) -> str:
+        """The row as the test id: ``GET path: bad -> 422(field)``."""
+        return f"{self.row} -> {self.status}({self.field})"
+
+
+def cursor_of(value: object) -> str:
+    """A cursor in the API's encoding around ``value`` (which may not be a position)."""
+    raw = json.dumps(value, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _q(row: str, field: str, query: str, *headers: tuple[str, str]) -> QueryCase:
+    return QueryCase(row, 422, field, query, headers)
+
+
+LIST = "GET /turns"
+WAIT = "GET /turns/{id}/wait"
+EVENTS = "GET /turns/{id}/events"
+
+QUERIES: list[QueryCase] = [
+    _q(f"{LIST}: an unknown status", "status", "status=BOGUS"),
+    _q(f"{LIST}: a status in lower case", "status", "status=ready"),
+    _q(f"{LIST}: limit=0", "limit", "limit=0"),
+    _q(f"{LIST}: limit=-1", "limit", "limit=-1"),
+    _q(f"{LIST}: limit=201", "limit", "limit=201"),
+    _q(f"{LIST}: a 30-digit limit", "limit", "limit=" + "9" * 30),
+    _q(f"{LIST}: limit='ten'", "limit", "limit=ten"),
+    _q(f"{LIST}: a cursor that is not base64 JSON", "cursor", "cursor=nonsense"),
+    _q(f"{LIST}: a cursor of one value", "cursor", "cursor=" + cursor_of([1.0])),
+    _q(f"{LIST}: a cursor of an object", "cursor", "cursor=" + cursor_of({"a": 1, "b": 2})),
+    _q(f"{LIST}: a cursor whose time is text", "cursor", "cursor=" + cursor_of(["x", "t-1"])),
+    _q(f"{LIST}: a cursor whose time is NaN", "cursor", "cursor=" + cursor_of([math.nan, "t"])),
+    _q(f"{LIST}: a cursor whose id is a list", "cursor", "cursor=" + cursor_of([1.0, ["t"]])),
+    _q(f"{LIST}: a cursor of 20,000 characters", "cursor", "cursor=" + "A" * 20_000),
+    _q(f"{LIST}: created_after=nan", "created_after", "created_after=nan"),
+    _q(f"{LIST}: created_before=inf", "created_before", "created_before=inf"),
+    _q(f"{LIST}: updated_after='soon'", "updated_after", "updated_after=soon"),
+    _q(f"{LIST}: updated_before=-inf", "updated_before", "updated_before=-inf"),
+    _q(f"{LIST}: root_only='maybe'", "root_only", "root_only=maybe"),
+    _q(f"{LIST}: an unknown parameter", "colour", "colour=red"),
+    _q(f"{LIST}: an unknown parameter of 5,000 characters", "query", "x" * 5_000 + "=1"),
+    QueryCase(f"{LIST}: another tenant's turns", 403, "tenant", "tenant=globex"),
+    _q(f"{WAIT}: until='soon'", "until", "until=soon"),
+    _q(f"{WAIT}: timeout='long'", "timeout", "timeout=long"),
+    _q(f"{WAIT}: timeout=-1", "timeout", "timeout=-1"),
+    _q(f"{WAIT}: timeout=nan", "timeout", "timeout=nan"),
+    _q(f"{WAIT}: timeout=inf", "timeout", "timeout=inf"),
+    _q(f"{EVENTS}: after='nonsense'", "after", "after=nonsense"),
+    _q(f"{EVENTS}: after of 20,000 characters", "after", "after=" + "9" * 20_000),
+    _q(
+        f"{EVENTS}: a Last-Event-ID that is no stream id",
+        "Last-Event-ID",
+        "",
+        ("Last-Event-ID", "x"),
+    ),
+]
