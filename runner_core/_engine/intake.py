@@ -23,11 +23,9 @@ from runner_core.policy import (
     validate_metadata,
 )
 from runner_core.resume import AgentResumeCommand
+from runner_core.store.arguments import MAX_ID_CHARS
 
 _MESSAGES = (SystemMessage, UserMessage, AiMessage, ToolMessage)
-
-#: The longest turn or conversation id a new turn may be given (the HTTP API allows 64).
-MAX_ID_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,9 @@ from runner_core import (
     AgentResumeCommand,
     AgentRunner,
     AgentTurnOptions,
+    AgentTurnSnapshot,
     AgentTurnStatus,
+    AgentTurnStore,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     PayloadTooLargeError,
@@ -34,7 +36,9 @@ from runner_core import (
     load_snapshot,
 )
 from runner_core.policy import AgentLimits
+from runner_core.store import Commit
 from tests.support.agents import approval_agent
+from tests.support.stores import snap
 
 #: The id a refused start would have created.
 NEW_ID = "census-new"
@@ -596,5 +600,324 @@ QUERIES: list[QueryCase] = [
         "Last-Event-ID",
         "",
         ("Last-Event-ID", "x"),
+    ),
+]
+
+
+# -- store methods called directly ---------------------------------------------------------
+
+
+@dataclass
+class StoreScene:
+    """A store with one READY turn nobody holds; ``state()`` is all a bad call could change."""
+
+    store: AgentTurnStore
+    turn_id: str
+
+    @classmethod
+    def on(cls, store: AgentTurnStore) -> StoreScene:
+        """Store one READY turn in ``store``."""
+        turn = snap()
+        store.commit(Commit(turn, -1, "census-create"))
+        return cls(store, turn.id)
+
+    def snapshot(self) -> AgentTurnSnapshot:
+        """The stored turn."""
+        return self.store.load(self.turn_id)
+
+    def commit(self, **changes: Any) -> Any:
+        """A commit of the stored turn with ``changes`` to its fields (unchecked)."""
+        good = Commit(self.snapshot(), self.snapshot().version, "census-commit")
+        values = {f: getattr(good, f) for f in good.__slots__}
+        values.update(changes)
+        bad = Commit.__new__(Commit)
+        for name, value in values.items():
+            object.__setattr__(bad, name, value)
+        return self.store.commit(bad)
+
+    def state(self) -> tuple[object, ...]:
+        """The turn as stored (lease and marks included), what a sweep would wake, the rest."""
+        s, later = self.store, self.store.now() + 10_000
+        control = s.peek(self.turn_id)
+        wakeups = s.wakeups(later, 0.0)
+        body = s.load(self.turn_id).model_dump(mode="json")
+        return (
+            control.version,
+            control.status,
+            control.cancel_requested,
+            control.lease,
+            body,
+            wakeups.due,
+            wakeups.lost,
+            s.quarantined(),
+            s.read_events(self.turn_id),
+        )
+
+
+@dataclass(frozen=True)
+class StoreCase:
+    """One row: ``"store.method: what was wrong"``, the error, the argument it names."""
+
+    row: str
+    error: type[BaseException]
+    field: str
+    act: Callable[[StoreScene], object]
+
+    @property
+    def id(self) -> str:
+        """The row as the test id."""
+        return f"{self.row} -> {self.error.__name__}({self.field})"
+
+
+def _now(s: StoreScene) -> float:
+    return s.store.now()
+
+
+NAN, INF = math.nan, math.inf
+HUGE_ID = "z" * MIB
+
+STORE: list[StoreCase] = [
+    StoreCase("store.commit: not a Commit", TYPE, "commit", lambda s: s.store.commit("x")),
+    StoreCase("store.commit: commit is None", TYPE, "commit", lambda s: s.store.commit(None)),
+    StoreCase(
+        "store.commit: snapshot is a dict", TYPE, "snapshot", lambda s: s.commit(snapshot={"id": 1})
+    ),
+    StoreCase(
+        "store.commit: expected_version is a string",
+        TYPE,
+        "expected_version",
+        lambda s: s.commit(expected_version="0"),
+    ),
+    StoreCase(
+        "store.commit: expected_version=-2",
+        A,
+        "expected_version",
+        lambda s: s.commit(expected_version=-2),
+    ),
+    StoreCase(
+        "store.commit: request_id is None", TYPE, "request_id", lambda s: s.commit(request_id=None)
+    ),
+    StoreCase(
+        "store.commit: a lease of one value", TYPE, "lease", lambda s: s.commit(lease=("w1",))
+    ),
+    StoreCase(
+        "store.commit: a child that is a dict", TYPE, "children", lambda s: s.commit(children=({},))
+    ),
+    StoreCase(
+        "store.commit: an event that is a string", TYPE, "events", lambda s: s.commit(events=("e",))
+    ),
+    StoreCase(
+        "store.commit: a new turn with a 1 MiB id",
+        A,
+        "snapshot.id",
+        lambda s: s.store.commit(Commit(snap(HUGE_ID), -1, "r")),
+    ),
+    StoreCase(
+        "store.commit: a new turn with an empty id",
+        A,
+        "snapshot.id",
+        lambda s: s.store.commit(Commit(snap().model_copy(update={"id": ""}), -1, "r")),
+    ),
+    StoreCase("store.load: turn_id is None", TYPE, "turn_id", lambda s: s.store.load(None)),
+    StoreCase("store.load: turn_id is an int", TYPE, "turn_id", lambda s: s.store.load(7)),
+    StoreCase("store.peek: turn_id is None", TYPE, "turn_id", lambda s: s.store.peek(None)),
+    StoreCase(
+        "store.claim: turn_id is None",
+        TYPE,
+        "turn_id",
+        lambda s: s.store.claim(None, "w1", _now(s), 1000),
+    ),
+    StoreCase(
+        "store.claim: worker_id is None",
+        TYPE,
+        "worker_id",
+        lambda s: s.store.claim(s.turn_id, None, _now(s), 1000),
+    ),
+    StoreCase(
+        "store.claim: now is NaN", A, "now", lambda s: s.store.claim(s.turn_id, "w1", NAN, 1000)
+    ),
+    StoreCase(
+        "store.claim: now is a string",
+        TYPE,
+        "now",
+        lambda s: s.store.claim(s.turn_id, "w1", "now", 1000),
+    ),
+    StoreCase(
+        "store.claim: lease_ms=0",
+        A,
+        "lease_ms",
+        lambda s: s.store.claim(s.turn_id, "w1", _now(s), 0),
+    ),
+    StoreCase(
+        "store.claim: lease_ms=-5",
+        A,
+        "lease_ms",
+        lambda s: s.store.claim(s.turn_id, "w1", _now(s), -5),
+    ),
+    StoreCase(
+        "store.claim: lease_ms=1.5",
+        TYPE,
+        "lease_ms",
+        lambda s: s.store.claim(s.turn_id, "w1", _now(s), 1.5),
+    ),
+    StoreCase(
+        "store.claim_runnable: limit=-1",
+        A,
+        "limit",
+        lambda s: s.store.claim_runnable("w1", _now(s), 1000, -1),
+    ),
+    StoreCase(
+        "store.claim_runnable: limit='5'",
+        TYPE,
+        "limit",
+        lambda s: s.store.claim_runnable("w1", _now(s), 1000, "5"),
+    ),
+    StoreCase(
+        "store.claim_runnable: a limit of 10**12",
+        A,
+        "limit",
+        lambda s: s.store.claim_runnable("w1", _now(s), 1000, 10**12),
+    ),
+    StoreCase(
+        "store.claim_runnable: lease_ms=0",
+        A,
+        "lease_ms",
+        lambda s: s.store.claim_runnable("w1", _now(s), 0, 5),
+    ),
+    StoreCase(
+        "store.renew_lease: until is NaN",
+        A,
+        "until",
+        lambda s: s.store.renew_lease(s.turn_id, "w1", "l1", _now(s), NAN),
+    ),
+    StoreCase(
+        "store.renew_lease: lease_id is None",
+        TYPE,
+        "lease_id",
+        lambda s: s.store.renew_lease(s.turn_id, "w1", None, _now(s), _now(s) + 5),
+    ),
+    StoreCase(
+        "store.release_lease: worker_id is an int",
+        TYPE,
+        "worker_id",
+        lambda s: s.store.release_lease(s.turn_id, 5, "l1"),
+    ),
+    StoreCase(
+        "store.request_cancellation: reason is an int",
+        TYPE,
+        "reason",
+        lambda s: s.store.request_cancellation(s.turn_id, 5),
+    ),
+    StoreCase(
+        "store.request_cancellation: an event that is a dict",
+        TYPE,
+        "events",
+        lambda s: s.store.request_cancellation(s.turn_id, "stop", [{"type": "x"}]),
+    ),
+    StoreCase(
+        "store.find_active_turn: conversation_id is None",
+        TYPE,
+        "conversation_id",
+        lambda s: s.store.find_active_turn(None),
+    ),
+    StoreCase(
+        "store.read_events: root_turn_id is None",
+        TYPE,
+        "root_turn_id",
+        lambda s: s.store.read_events(None),
+    ),
+    StoreCase(
+        "store.read_events: limit=-1", A, "limit", lambda s: s.store.read_events(s.turn_id, -1)
+    ),
+    StoreCase(
+        "store.mark_queued: one id as a string",
+        TYPE,
+        "turn_ids",
+        lambda s: s.store.mark_queued(s.turn_id),
+    ),
+    StoreCase(
+        "store.mark_queued: an id that is None",
+        TYPE,
+        "turn_ids",
+        lambda s: s.store.mark_queued([s.turn_id, None]),
+    ),
+    StoreCase(
+        "store.unmark_queued: turn_id is None",
+        TYPE,
+        "turn_id",
+        lambda s: s.store.unmark_queued(None),
+    ),
+    StoreCase(
+        "store.forget_queued: before is NaN", A, "before", lambda s: s.store.forget_queued(NAN)
+    ),
+    StoreCase(
+        "store.forget_queued: before is a string",
+        TYPE,
+        "before",
+        lambda s: s.store.forget_queued("x"),
+    ),
+    StoreCase("store.wakeups: now is NaN", A, "now", lambda s: s.store.wakeups(NAN, 0.0)),
+    StoreCase(
+        "store.wakeups: lost_after is infinite",
+        A,
+        "lost_after",
+        lambda s: s.store.wakeups(_now(s), INF),
+    ),
+    StoreCase("store.wakeups: limit=-1", A, "limit", lambda s: s.store.wakeups(_now(s), 0.0, -1)),
+    StoreCase("store.due_turn_ids: now is NaN", A, "now", lambda s: s.store.due_turn_ids(NAN)),
+    StoreCase(
+        "store.stale_turn_ids: older_than is NaN",
+        A,
+        "older_than",
+        lambda s: s.store.stale_turn_ids(_now(s), NAN),
+    ),
+    StoreCase(
+        "store.children_of: parent_turn_id is None",
+        TYPE,
+        "parent_turn_id",
+        lambda s: s.store.children_of(None),
+    ),
+    StoreCase(
+        "store.report_child: child_turn_id is None",
+        TYPE,
+        "child_turn_id",
+        lambda s: s.store.report_child(None),
+    ),
+    StoreCase(
+        "store.find_terminal_children_with_waiting_parent: limit=-1",
+        A,
+        "limit",
+        lambda s: s.store.find_terminal_children_with_waiting_parent(-1),
+    ),
+    StoreCase(
+        "store.quarantine: reason is None",
+        TYPE,
+        "reason",
+        lambda s: s.store.quarantine(s.turn_id, None),
+    ),
+    StoreCase(
+        "store.quarantine: turn_id is None",
+        TYPE,
+        "turn_id",
+        lambda s: s.store.quarantine(None, "spoiled"),
+    ),
+    StoreCase("store.quarantined: limit=-1", A, "limit", lambda s: s.store.quarantined(-1)),
+    StoreCase(
+        "store.list_turns: status is a string",
+        TYPE,
+        "status",
+        lambda s: s.store.list_turns(status="READY"),
+    ),
+    StoreCase(
+        "store.list_turns: limit=-1",
+        A,
+        "limit",
+        lambda s: s.store.list_turns(limit=-1),
+    ),
+    StoreCase(
+        "store.list_turns: before is not a position",
+        TYPE,
+        "before",
+        lambda s: s.store.list_turns(before=5.0),
     ),
 ]
