@@ -27,8 +27,9 @@ MISSING_LOADER = (
 class Settings(BaseSettings):
     """Everything a worker, the sweeper and a producer need to agree on."""
 
+    #: No setting is infinite or NaN: a sweep every inf seconds is a typo, not a schedule.
     model_config = SettingsConfigDict(
-        env_prefix="AGENTWORKER_", extra="ignore", populate_by_name=True
+        env_prefix="AGENTWORKER_", extra="ignore", populate_by_name=True, allow_inf_nan=False
     )
 
     #: The Redis holding the turns (the single source of truth).

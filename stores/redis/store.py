@@ -427,6 +427,9 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         tag, how many of its oldest candidates were refused (so they are stepped over,
         and a run never stalls behind more refusals than one batch holds); it is updated.
         """
+        if older_than_seconds is not None:
+            check.times(older_than_seconds=older_than_seconds)
+        check.count(limit)
         older = self.retention_seconds if older_than_seconds is None else older_than_seconds
         if older is None:
             return 0
@@ -444,6 +447,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def prune_partitions(self, grace_seconds: float = 3600.0) -> int:
         """Forget empty tags in the partition sets (untouched for ``grace_seconds``)."""
+        check.times(grace_seconds=grace_seconds)
         with self.guard:
             return self.scanner.prune(grace_seconds)
 

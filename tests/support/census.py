@@ -921,3 +921,118 @@ STORE: list[StoreCase] = [
         lambda s: s.store.list_turns(before=5.0),
     ),
 ]
+
+
+# -- the sweeper, beat and housekeeping ----------------------------------------------------
+
+#: Settings the sweeper, beat and housekeeping read, and values each refuses: the process
+#: (``celery worker`` or ``celery beat``) exits with one line naming the setting.
+SWEEP_SETTINGS: list[tuple[str, str]] = [
+    (name, value)
+    for name in (
+        "SWEEP_INTERVAL",
+        "LOST_WAKEUP_SECONDS",
+        "REQUEUE_AFTER_SECONDS",
+        "HOUSEKEEPING_INTERVAL",
+    )
+    for value in ("0", "-1", "nan", "inf")
+] + [("RETENTION_SECONDS", "-1"), ("RETENTION_SECONDS", "nan"), ("RETENTION_SECONDS", "inf")]
+
+
+@dataclass
+class SweepScene:
+    """A runner whose wake-ups are recorded, over a store with three READY turns."""
+
+    runner: AgentRunner
+    sent: list[str]
+    turn_ids: list[str]
+
+    @classmethod
+    def on(cls, store: AgentTurnStore) -> SweepScene:
+        """Three READY turns in ``store``, their wake-ups lost."""
+        sent: list[str] = []
+        runner = AgentRunner(turn_store=store, dispatcher=sent.append)
+        ids = []
+        for _ in range(3):
+            turn = snap()
+            store.commit(Commit(turn, -1, "census-" + turn.id))
+            ids.append(turn.id)
+        return cls(runner, sent, ids)
+
+    def state(self) -> tuple[object, ...]:
+        """Each turn as stored, what was sent, what is quarantined."""
+        store = self.runner.store
+        turns = [store.load(t).model_dump(mode="json") for t in self.turn_ids]
+        return (turns, list(self.sent), store.quarantined())
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """One row: ``"entry point: what was wrong"``, the error, the argument it names."""
+
+    row: str
+    error: type[BaseException]
+    field: str
+    act: Callable[[SweepScene], object]
+    #: Only a store with housekeeping (the Redis store) has this entry point.
+    redis_only: bool = False
+
+    @property
+    def id(self) -> str:
+        """The row as the test id."""
+        return f"{self.row} -> {self.error.__name__}({self.field})"
+
+
+def _sweep(**kwargs: Any) -> Callable[[SweepScene], object]:
+    from agentworker.fleet.stepping import sweep_once
+
+    lost_after = kwargs.pop("lost_after", 0.0)
+    return lambda s: sweep_once(s.runner, lost_after, **kwargs)
+
+
+def _housekeep(retention: float = 1.0, **kwargs: Any) -> Callable[[SweepScene], object]:
+    from agentworker.fleet.housekeeping import housekeep
+
+    return lambda s: housekeep(s.runner.store, retention, **kwargs)
+
+
+def _store(method: str, *args: Any) -> Callable[[SweepScene], object]:
+    return lambda s: getattr(s.runner.store, method)(*args)
+
+
+SWEEPS: list[SweepCase] = [
+    SweepCase("sweep_once: lost_after is NaN", A, "lost_after", _sweep(lost_after=NAN)),
+    SweepCase("sweep_once: lost_after is a string", TYPE, "lost_after", _sweep(lost_after="10")),
+    SweepCase("sweep_once: limit=-1", A, "limit", _sweep(limit=-1)),
+    SweepCase("sweep_once: a limit of 10**12", A, "limit", _sweep(limit=10**12)),
+    SweepCase("housekeep: retention_seconds is NaN", A, "retention_seconds", _housekeep(NAN), True),
+    SweepCase("housekeep: retention_seconds=-1", A, "retention_seconds", _housekeep(-1.0), True),
+    SweepCase(
+        "housekeep: grace_seconds is infinite",
+        A,
+        "grace_seconds",
+        _housekeep(grace_seconds=INF),
+        True,
+    ),
+    SweepCase("housekeep: batch=0", A, "batch", _housekeep(batch=0), True),
+    SweepCase(
+        "housekeep: budget_seconds=-1", A, "budget_seconds", _housekeep(budget_seconds=-1.0), True
+    ),
+    SweepCase(
+        "store.expire_terminal: older_than_seconds is NaN",
+        A,
+        "older_than_seconds",
+        _store("expire_terminal", NAN),
+        True,
+    ),
+    SweepCase(
+        "store.expire_terminal: limit=-1", A, "limit", _store("expire_terminal", 1.0, -1), True
+    ),
+    SweepCase(
+        "store.prune_partitions: grace_seconds is NaN",
+        A,
+        "grace_seconds",
+        _store("prune_partitions", NAN),
+        True,
+    ),
+]
