@@ -7,11 +7,13 @@ was (the turn, its lease and marks, what a sweep would wake, the quarantine, the
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from runner_core import AgentTurnStore, AgentWorkerError
+from runner_core import AgentTurnStore, AgentWorkerError, InvalidArgumentTypeError
+from stores import RedisAgentTurnStore
 from tests.support.census import STORE, StoreCase, StoreScene
 
 
@@ -55,3 +57,26 @@ def test_every_store_row_is_in_the_docs() -> None:
         entry, bad = case.row.split(": ", 1)
         wanted = f"| `{entry}` | {bad} | `{case.error.__name__}` `{case.field}` |"
         assert wanted in table, case.id
+
+
+ASYNC_CASES = [
+    ("acommit", ("x",), "commit"),
+    ("aload", (None,), "turn_id"),
+    ("arequest_cancellation", ("t", 5), "reason"),
+    ("achildren_of", (7,), "parent_turn_id"),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "field"), ASYNC_CASES, ids=[c[0] for c in ASYNC_CASES])
+def test_the_async_twins_make_the_same_checks(
+    redis_store: RedisAgentTurnStore, method: str, args: tuple[object, ...], field: str
+) -> None:
+    scene = StoreScene.on(redis_store)
+    before = scene.state()
+
+    with pytest.raises(AgentWorkerError) as caught:
+        asyncio.run(getattr(redis_store, method)(*args))
+
+    assert isinstance(caught.value, InvalidArgumentTypeError)
+    assert caught.value.field == field
+    assert scene.state() == before
