@@ -81,6 +81,43 @@ def lease(turn_id: Any, worker_id: Any, lease_id: Any) -> None:
     _text(lease_id, "lease_id")
 
 
+def renew(turn_id: Any, worker_id: Any, lease_id: Any, now: Any, until: Any) -> None:
+    """``renew_lease``: the lease's ids, the clock and the new expiry."""
+    lease(turn_id, worker_id, lease_id)
+    times(now=now, until=until)
+
+
+def read_events(root_turn_id: Any, limit: Any) -> None:
+    """``read_events``: the tree and how many."""
+    _text(root_turn_id, "root_turn_id")
+    count(limit)
+
+
+def due(now: Any, limit: Any) -> None:
+    """``due_turn_ids``: the clock and how many."""
+    times(now=now)
+    count(limit)
+
+
+def stale(now: Any, older_than: Any, limit: Any) -> None:
+    """``stale_turn_ids``: the clock, the age and how many."""
+    times(now=now, older_than=older_than)
+    count(limit)
+
+
+def wakeups(now: Any, lost_after: Any, limit: Any) -> None:
+    """``wakeups``: the clock, when a wake-up counts as lost, how many."""
+    times(now=now, lost_after=lost_after)
+    count(limit)
+
+
+def expiry(older_than_seconds: Any, limit: Any) -> None:
+    """``expire_terminal`` (the Redis store's retention): an age or None, how many."""
+    if older_than_seconds is not None:
+        times(older_than_seconds=older_than_seconds)
+    count(limit)
+
+
 def times(**values: Any) -> None:
     """Finite numbers of seconds, each named by its keyword."""
     for field, value in values.items():
@@ -198,10 +235,16 @@ __all__ = [
     "claim_runnable",
     "commit",
     "count",
+    "due",
+    "expiry",
     "lease",
     "listing",
     "quarantine",
     "queued",
+    "read_events",
+    "renew",
+    "stale",
     "times",
     "turn",
+    "wakeups",
 ]

@@ -103,8 +103,7 @@ class InMemoryAgentTurnStore:
         self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
     ) -> list[AgentEvent]:
         """Committed events of the tree, oldest first (``keep_events`` must be on)."""
-        check.turn(root_turn_id, "root_turn_id")
-        check.count(limit)
+        check.read_events(root_turn_id, limit)
         with self._lock:
             if self._events is None:
                 return []
@@ -213,8 +212,7 @@ class InMemoryAgentTurnStore:
         self, turn_id: str, worker_id: str, lease_id: str, now: float, until: float
     ) -> bool:
         """Extend a live lease of this owner and lease id."""
-        check.lease(turn_id, worker_id, lease_id)
-        check.times(now=now, until=until)
+        check.renew(turn_id, worker_id, lease_id, now, until)
         with self._lock:
             h = self._get(turn_id).header
             lease = h.lease
@@ -258,23 +256,20 @@ class InMemoryAgentTurnStore:
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
-        check.times(now=now)
-        check.count(limit)
+        check.due(now, limit)
         with self._lock:
             return self._wakeups.scan(self._live_headers(), now, limit, retries_only=True)
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
         """Turns runnable for ``older_than`` seconds that nobody serves."""
-        check.times(now=now, older_than=older_than)
-        check.count(limit)
+        check.stale(now, older_than, limit)
         with self._lock:
             bound = now - older_than
             return self._wakeups.scan(self._live_headers(), bound, limit, retries_only=False)
 
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
         """Due retries and lost wake-ups (a scan of live turns: the embedded store)."""
-        check.times(now=now, lost_after=lost_after)
-        check.count(limit)
+        check.wakeups(now, lost_after, limit)
         return Wakeups(self.due_turn_ids(now, limit), self.stale_turn_ids(now, lost_after, limit))
 
     def list_turns(

@@ -261,8 +261,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         self, turn_id: str, worker_id: str, lease_id: str, now: float, until: float
     ) -> bool:
         """Extend a live lease of this owner and lease id (no version change)."""
-        check.lease(turn_id, worker_id, lease_id)
-        check.times(now=now, until=until)
+        check.renew(turn_id, worker_id, lease_id, now, until)
         with self.guard:
             tag = self.tag_of(turn_id)
             args = [turn_id, worker_id, lease_id, repr(float(now)), repr(float(until))]
@@ -331,8 +330,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
-        check.times(now=now)
-        check.count(limit)
+        check.due(now, limit)
         with self.guard:
             return self.sweeper.due_retries(now, limit)
 
@@ -342,15 +340,13 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         A turn with a queued wake-up scores the end of its mark in the runnable index, a
         leased one its lease expiry: both stay out until then.
         """
-        check.times(now=now, older_than=older_than)
-        check.count(limit)
+        check.stale(now, older_than, limit)
         with self.guard:
             return [c[2] for c in self.scanner.runnable(now - older_than, limit, False, limit)]
 
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
         """The sweeper's query: due retries and lost wake-ups, at the cost of what is due."""
-        check.times(now=now, lost_after=lost_after)
-        check.count(limit)
+        check.wakeups(now, lost_after, limit)
         with self.guard:
             return self.sweeper.wakeups(now, lost_after, limit)
 
@@ -361,10 +357,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
         ``newest``: those among the stream's last ``limit`` entries.
         """
-        check.turn(root_turn_id, "root_turn_id")
-        check.count(limit)
-        if limit == 0:
-            return []
+        check.read_events(root_turn_id, limit)
         with self.guard:
             try:
                 tag = self.tag_of(root_turn_id)
@@ -427,9 +420,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         tag, how many of its oldest candidates were refused (so they are stepped over,
         and a run never stalls behind more refusals than one batch holds); it is updated.
         """
-        if older_than_seconds is not None:
-            check.times(older_than_seconds=older_than_seconds)
-        check.count(limit)
+        check.expiry(older_than_seconds, limit)
         older = self.retention_seconds if older_than_seconds is None else older_than_seconds
         if older is None:
             return 0
