@@ -3,6 +3,10 @@
 Each ``Case`` acts on a ``Scene``: a runner over some store, with one turn waiting for an
 approval. After a refused case, nothing changed: no new turn, the waiting turn at the
 same version and status. ``case.id`` reads as a row of the table in docs/limits.md.
+
+The other tables of that page have their own rows here: ``QUERIES`` (HTTP query
+parameters), ``STORE`` (store methods called directly, on a ``StoreScene``), ``SWEEPS``
+and ``SWEEP_SETTINGS`` (the sweeper, beat and housekeeping, on a ``SweepScene``).
 """
 
 from __future__ import annotations
