@@ -27,8 +27,9 @@ MISSING_LOADER = (
 class Settings(BaseSettings):
     """Everything a worker, the sweeper and a producer need to agree on."""
 
+    #: No setting is infinite or NaN: a sweep every inf seconds is a typo, not a schedule.
     model_config = SettingsConfigDict(
-        env_prefix="AGENTWORKER_", extra="ignore", populate_by_name=True
+        env_prefix="AGENTWORKER_", extra="ignore", populate_by_name=True, allow_inf_nan=False
     )
 
     #: The Redis holding the turns (the single source of truth).
@@ -126,9 +127,12 @@ class Settings(BaseSettings):
     #: ``json``: workers, beat and the HTTP app log one JSON object per line.
     log_format: Literal["text", "json"] = "text"
     #: The library's size limits (docs/limits.md), in bytes: a new turn's input; the
-    #: metadata of a start or resume (and a cancel or reject reason); a resume's data; one
-    #: tool result; one model answer.
+    #: messages of its ``history=`` (how many, and their bytes); the metadata of a start or
+    #: resume (and a cancel or reject reason); a resume's data; one tool result; one model
+    #: answer.
     max_input_bytes: int = Field(default=1_048_576, gt=0)
+    max_history_messages: int = Field(default=1_000, gt=0)
+    max_history_bytes: int = Field(default=8_388_608, gt=0)
     max_metadata_bytes: int = Field(default=65_536, gt=0)
     max_resume_data_bytes: int = Field(default=1_048_576, gt=0)
     max_tool_result_bytes: int = Field(default=1_048_576, gt=0)
@@ -142,6 +146,8 @@ class Settings(BaseSettings):
         """The ``AGENTWORKER_MAX_*`` limits as the runner's ``AgentLimits``."""
         return AgentLimits(
             max_input_bytes=self.max_input_bytes,
+            max_history_messages=self.max_history_messages,
+            max_history_bytes=self.max_history_bytes,
             max_metadata_bytes=self.max_metadata_bytes,
             max_resume_data_bytes=self.max_resume_data_bytes,
             max_tool_result_bytes=self.max_tool_result_bytes,

@@ -218,11 +218,15 @@ class PayloadTooLargeError(AgentWorkerError, ValueError):
     """Raised when a request body, an input, metadata or a result exceeds its limit.
 
     ``what`` says what was too large, ``field`` the argument or request field when there
-    is one, ``limit`` the limit in bytes; nothing was stored.
+    is one, ``limit`` the limit in ``unit`` (bytes, or messages for a history's count);
+    nothing was stored.
     """
 
-    def __init__(self, what: str, size: int, limit: int, field: str | None = None) -> None:
-        super().__init__(f"{what} is {size} bytes or more; the limit is {limit}")
+    def __init__(
+        self, what: str, size: int, limit: int, field: str | None = None, *, unit: str = "bytes"
+    ) -> None:
+        super().__init__(f"{what} is {size} {unit} or more; the limit is {limit}")
+        self.unit = unit
         self.what = what
         self.size = size
         self.limit = limit

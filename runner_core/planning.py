@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runner_core.errors import shorten
 from runner_core.models.base import ToolSpec
 
 CREATE_PLAN = "create_task_plan"
@@ -212,7 +213,7 @@ def _check_reachable(kept: list[PlanTask], new: list[PlanTask]) -> None:
         for dep in t.depends_on:
             if dep in ended:
                 raise PlanError(
-                    f"task {t.id!r} depends on task {dep!r}, which is "
+                    f"task {shorten(t.id)} depends on task {shorten(dep)}, which is "
                     f"{ended[dep].value} and will never complete"
                 )
 
@@ -220,10 +221,13 @@ def _check_reachable(kept: list[PlanTask], new: list[PlanTask]) -> None:
 def _task(arg: _TaskArg, allowed: frozenset[str]) -> PlanTask:
     if arg.agent is not None and arg.agent not in allowed:
         names = ", ".join(sorted(allowed)) or "none"
-        raise PlanError(f"task {arg.id!r}: agent {arg.agent!r} is not allowed (allowed: {names})")
+        raise PlanError(
+            f"task {shorten(arg.id)}: agent {shorten(arg.agent)} is not allowed (allowed: {names})"
+        )
     agent = arg.agent or (min(allowed) if len(allowed) == 1 else None)
     if agent is None:
-        raise PlanError(f"task {arg.id!r}: name an agent (allowed: {', '.join(sorted(allowed))})")
+        names = ", ".join(sorted(allowed))
+        raise PlanError(f"task {shorten(arg.id)}: name an agent (allowed: {names})")
     return PlanTask(
         id=arg.id,
         description=arg.description,
@@ -237,13 +241,15 @@ def _check_tasks(tasks: list[PlanTask], policy: AgentPlanningPolicy) -> None:
     if len(tasks) > policy.max_tasks:
         raise PlanError(f"{len(tasks)} tasks, at most {policy.max_tasks} allowed")
     ids = [t.id for t in tasks]
-    if len(set(ids)) != len(ids):
-        raise PlanError(f"task ids must be unique: {ids}")
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        shown = ", ".join(shorten(i) for i in repeated)
+        raise PlanError(f"task ids must be unique: {shown} named more than once")
     known = set(ids)
     for t in tasks:
         for dep in t.depends_on:
             if dep not in known:
-                raise PlanError(f"task {t.id!r} depends on unknown task {dep!r}")
+                raise PlanError(f"task {shorten(t.id)} depends on unknown task {shorten(dep)}")
     graph = {t.id: t.depends_on for t in tasks}
     state: dict[str, int] = {}
 
@@ -251,7 +257,7 @@ def _check_tasks(tasks: list[PlanTask], policy: AgentPlanningPolicy) -> None:
         if state.get(node) == 2:
             return
         if state.get(node) == 1:
-            raise PlanError(f"dependency cycle: {' -> '.join((*path, node))}")
+            raise PlanError(f"dependency cycle: {' -> '.join(shorten(n) for n in (*path, node))}")
         state[node] = 1
         for dep in graph[node]:
             visit(dep, (*path, node))

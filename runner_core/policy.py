@@ -67,13 +67,16 @@ def _nested(
 class AgentLimits(_Value):
     """How large a turn's data may be, in bytes (UTF-8 text, compact JSON).
 
-    Over a limit on the way in (input, metadata, resume data): ``PayloadTooLargeError``
+    Over a limit on the way in (input, history, metadata, resume data): ``PayloadTooLargeError``
     and nothing is stored. A tool result or model answer over its limit is cut with a
     marker the model can read (``"truncate"``) or fails the turn (``"fail"``).
     """
 
     #: The input of a new turn.
     max_input_bytes: int = Field(default=1_048_576, gt=0)
+    #: The messages of a new turn's ``history=``: how many, and their bytes together.
+    max_history_messages: int = Field(default=1_000, gt=0)
+    max_history_bytes: int = Field(default=8_388_608, gt=0)
     #: The metadata of a new turn or of a resume command, and a cancel or reject reason.
     max_metadata_bytes: int = Field(default=65_536, gt=0)
     #: The data of a resume command (a user-input answer).

@@ -22,7 +22,9 @@ from runner_core.errors import (
     ConcurrentModificationError,
     InvalidArgumentTypeError,
     InvalidResumeError,
+    SnapshotCorruptedError,
     TurnLeasedError,
+    TurnNotFoundError,
     shorten,
 )
 from runner_core.events import AgentEventListener, AgentEventType, EventBus, make_event
@@ -293,8 +295,14 @@ class AgentRunner(AsyncProducers):
         """Deliver ended children's results that never reached their parent (older data)."""
         woken: list[str] = []
         for child_id, parent_id in self.store.find_terminal_children_with_waiting_parent(limit):
-            if self.store.report_child(child_id):
-                woken.append(parent_id)
+            try:
+                if self.store.report_child(child_id):
+                    woken.append(parent_id)
+            except TurnNotFoundError:
+                continue  # expired, or its record is gone: nothing to report
+            except SnapshotCorruptedError as exc:
+                # set aside (and logged) once; the scan goes on with the other parents
+                self.store.quarantine(child_id, str(exc))
         self.wake(woken)
         return len(woken)
 

@@ -189,11 +189,8 @@ def quarantined(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
     """Turns whose stored record could not be read: moved aside, never woken again."""
-    store = _runner().store
-    lister = getattr(store, "quarantined", None)
-    if lister is None:
-        raise fail(f"{type(store).__name__} keeps no quarantine")
-    rows = [{"turn_id": t, "reason": r, "at": at} for t, r, at in lister(limit)]
+    found = _runner().store.quarantined(limit)
+    rows = [{"turn_id": t, "reason": r, "at": at} for t, r, at in found]
     if as_json:
         _print_json(rows)
         return

@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from runner_core.errors import InvalidArgumentError
+from runner_core.store import arguments as check
+
 log = logging.getLogger("agentworker.housekeeping")
 
 #: Tags are pruned once no turn was created in them for this long (seconds).
@@ -68,8 +71,23 @@ def housekeep(
     """One run: migrate, expire in batches until none finds anything (or the budget), prune.
 
     ``retention_seconds`` 0 keeps every turn (the partition sets are still pruned of tags
-    whose turns are gone).
+    whose turns are gone). A bad argument is an ``InvalidArgumentError`` naming it, before
+    anything is read.
     """
+    check.times(
+        retention_seconds=retention_seconds,
+        grace_seconds=grace_seconds,
+        budget_seconds=budget_seconds,
+    )
+    for name, value in (
+        ("retention_seconds", retention_seconds),
+        ("budget_seconds", budget_seconds),
+    ):
+        if value < 0:
+            raise InvalidArgumentError(f"{name} is {value}; it must be 0 or more", field=name)
+    check.count(batch, "batch")
+    if batch == 0:
+        raise InvalidArgumentError("batch is 0; a run deletes 1 or more at a time", field="batch")
     migrated = store.migrate_partitions()
     expired = 0
     if retention_seconds > 0:

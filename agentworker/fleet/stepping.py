@@ -17,6 +17,7 @@ from runner_core import (
     SnapshotCorruptedError,
     TurnNotFoundError,
 )
+from runner_core.errors import shorten
 from runner_core.store import waiting_child_ids
 from runner_core.worker import abandoned_tool_threads
 
@@ -69,7 +70,7 @@ def _claim_and_step(
     try:
         turn = runner.claim(turn_id, worker_id)
     except TurnNotFoundError:
-        log.warning("step for unknown turn %s acked and dropped", turn_id)
+        log.warning("step for unknown turn %s acked and dropped", shorten(turn_id))
         return "not-found", None
     except SnapshotCorruptedError:
         return "quarantined", None  # moved aside (and logged) by the store: never sent again

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -206,12 +207,9 @@ class TurnsApi:
         until = request.query_params.get("until", "blocked")
         if until not in ("blocked", "ended"):
             raise ApiError(422, "until: 'blocked' or 'ended'", field="until")
-        try:
-            timeout = min(float(request.query_params.get("timeout", "30")), MAX_WAIT_SECONDS)
-        except ValueError:
-            raise ApiError(422, "timeout: seconds", field="timeout") from None
+        timeout = _wait_seconds(request.query_params.get("timeout", "30"))
         loop = asyncio.get_running_loop()
-        deadline, pause = loop.time() + max(0.0, timeout), 0.05
+        deadline, pause = loop.time() + timeout, 0.05
         while True:
             snapshot = await self.turn(caller, turn_id)
             status = snapshot.status
@@ -346,13 +344,25 @@ def _json(answer: Answer, replayed: bool = False) -> JSONResponse:
     return JSONResponse(answer[1], status_code=answer[0], headers=headers)
 
 
+def _wait_seconds(raw: str) -> float:
+    """A wait's ``timeout``: seconds, finite and not negative, cut to ``MAX_WAIT_SECONDS``."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ApiError(422, "timeout: seconds, 0 or more", field="timeout")
+    return min(seconds, MAX_WAIT_SECONDS)
+
+
 def _after(request: Request) -> str:
     """Where the event stream resumes: ``Last-Event-ID``, else ``?after=``, else the start."""
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0-0"
+    header = request.headers.get("last-event-id")
+    raw = header or request.query_params.get("after") or "0-0"
     try:
         return check_stream_id(raw.strip())
     except ValueError as exc:
-        raise ApiError(422, str(exc), field="Last-Event-ID") from None
+        raise ApiError(422, str(exc), field="Last-Event-ID" if header else "after") from None
 
 
 def secret_value(value: SecretStr | None) -> str | None:

@@ -30,6 +30,7 @@ from agentworker.http.credentials import ANY_TENANT, Credential
 from agentworker.http.errors import ApiError, unauthorized
 from agentworker.notify.signing import secret_key
 from agentworker.notify.signing import sign as sign
+from runner_core.errors import shorten
 from stores.redis import Keyspace, RequestRecords
 
 SIGNATURE_HEADER = "webhook-signature"
@@ -249,9 +250,9 @@ class RequestLedger:
             return None
         seen = json.loads(await self.records.get(tenant, request_id) or "{}")
         if seen.get("fingerprint") != print_:
-            raise ApiError(409, f"request id {caller.request_id!r} was already used")
+            raise ApiError(409, f"request id {shorten(request_id)} was already used")
         if seen.get("state") != "done":
-            raise ApiError(409, f"request {caller.request_id!r} is still being processed")
+            raise ApiError(409, f"request {shorten(request_id)} is still being processed")
         return StoredResponse(int(seen["status"]), seen["body"])
 
     async def finish(self, caller: Caller, print_: str, answer: StoredResponse) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentworker.http.errors import ApiError
 from runner_core import AgentTurnSnapshot, AgentTurnStatus, TurnNotFoundError
+from runner_core.errors import shorten
 from runner_core.store import TurnListing
 
 #: Turns one page looks at, at most (a page whose filters match fewer comes back short).
 SCAN_CAP = 10_000
+#: The longest parameter name an error names as its ``field`` (longer: ``"query"``).
+MAX_PARAMETER_CHARS = 64
 
 
 class ListQuery(BaseModel):
@@ -37,10 +41,10 @@ class ListQuery(BaseModel):
     conversation: str | None = None
     tree: str | None = Field(default=None, description="Only the turns of this root's tree.")
     root_only: bool = False
-    created_after: float | None = None
-    created_before: float | None = None
-    updated_after: float | None = None
-    updated_before: float | None = None
+    created_after: float | None = Field(default=None, allow_inf_nan=False)
+    created_before: float | None = Field(default=None, allow_inf_nan=False)
+    updated_after: float | None = Field(default=None, allow_inf_nan=False)
+    updated_before: float | None = Field(default=None, allow_inf_nan=False)
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = None
 
@@ -51,8 +55,10 @@ class ListQuery(BaseModel):
             return cls.model_validate(dict(params))
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "query"
-            raise ApiError(422, f"{field}: {first['msg']}", field) from None
+            name = ".".join(str(p) for p in first["loc"]) or "query"
+            if len(name) > MAX_PARAMETER_CHARS:  # an unknown parameter: never echoed whole
+                raise ApiError(422, f"{shorten(name)}: {first['msg']}", "query") from None
+            raise ApiError(422, f"{name}: {first['msg']}", name) from None
 
     def keeps(self, t: TurnListing) -> bool:
         """True when the listed turn passes every cheap filter."""
@@ -86,12 +92,17 @@ def encode_cursor(created_at: float, turn_id: str) -> str:
 def decode_cursor(cursor: str) -> tuple[float, str]:
     """The position in a cursor; ``ApiError(422)`` if it is not one of ours."""
     try:
-        created_at, turn_id = json.loads(
-            base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        )
-        return float(created_at), str(turn_id)
-    except (ValueError, TypeError, binascii.Error):
-        raise ApiError(422, "cursor: not a cursor of this API", "cursor") from None
+        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, binascii.Error):
+        value = None
+    match value:
+        case [int() | float() as created_at, str() as turn_id] if _a_time(created_at):
+            return float(created_at), turn_id
+    raise ApiError(422, "cursor: not a cursor of this API", "cursor")
+
+
+def _a_time(value: float) -> bool:
+    return not isinstance(value, bool) and math.isfinite(value)
 
 
 def list_page(

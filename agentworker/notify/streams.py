@@ -27,6 +27,7 @@ import redis
 from redis import asyncio as aioredis
 
 from runner_core import AgentEvent, AgentEventType
+from runner_core.errors import shorten
 from runner_core.events import TERMINAL_EVENTS
 from runner_core.events import event_to_dict as _event_to_dict
 from stores.redis import (
@@ -183,7 +184,7 @@ def bridge_client(url: str, timeout: float = 2.0) -> redis.Redis:
 def check_stream_id(value: str) -> str:
     """``value`` if it is a stream id (``<ms>-<seq>``), else ``ValueError``."""
     if not _STREAM_ID.match(value):
-        raise ValueError(f"not a stream id: {value!r} (expected '<ms>-<seq>')")
+        raise ValueError(f"not a stream id: {shorten(value)} (expected '<ms>-<seq>')")
     return value
 
 

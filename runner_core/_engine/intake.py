@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runner_core.errors import InvalidArgumentError, InvalidArgumentTypeError
+from runner_core.errors import InvalidArgumentError, InvalidArgumentTypeError, PayloadTooLargeError
 from runner_core.messages import AiMessage, SystemMessage, ToolMessage, UserMessage
 from runner_core.policy import (
     AgentLimits,
@@ -23,11 +23,9 @@ from runner_core.policy import (
     validate_metadata,
 )
 from runner_core.resume import AgentResumeCommand
+from runner_core.store.arguments import MAX_ID_CHARS
 
 _MESSAGES = (SystemMessage, UserMessage, AiMessage, ToolMessage)
-
-#: The longest turn or conversation id a new turn may be given (the HTTP API allows 64).
-MAX_ID_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +50,7 @@ def new_turn(
         raise InvalidArgumentError("pass history= or conversation_id=, not both", field="history")
     _optional_id(conversation_id, "conversation_id")
     _optional_id(turn_id, "turn_id")
-    _history(history)
+    _history(limits, history)
     if options is None:
         options = AgentTurnOptions()
     elif not isinstance(options, AgentTurnOptions):
@@ -101,16 +99,34 @@ def _reason(limits: AgentLimits, reason: str) -> None:
     check_size("reason", text_size(reason, limit), limit, "reason")
 
 
-def _history(history: Any) -> None:
+def _history(limits: AgentLimits, history: Any) -> None:
     if history is None:
         return
     if isinstance(history, str | bytes) or not isinstance(history, Sequence):
         raise _wrong_type("history", "a list of messages", history)
+    count, most = len(history), limits.max_history_messages
+    if count > most:
+        raise PayloadTooLargeError("history", count, most, "history", unit="messages")
     for i, message in enumerate(history):
         if not isinstance(message, _MESSAGES):
             raise InvalidArgumentTypeError(
                 f"history[{i}] must be a message, not {type(message).__name__}", field="history"
             )
+    limit = limits.max_history_bytes
+    check_size("history", _history_bytes(history, limit), limit, "history")
+
+
+def _history_bytes(history: Sequence[Any], limit: int) -> int:
+    """The bytes of ``history`` as stored, counted only until they pass ``limit``."""
+    total = 0
+    for message in history:
+        text = message.text if isinstance(message, AiMessage | SystemMessage) else message.content
+        if isinstance(text, str) and len(text) > limit - total:
+            return total + len(text)  # over already: spare encoding a huge text
+        total += len(message.model_dump_json().encode())
+        if total > limit:
+            return total
+    return total
 
 
 def _optional_str(value: Any, field: str) -> None:

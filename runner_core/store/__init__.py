@@ -137,6 +137,9 @@ class AgentTurnStore(Protocol):
       needs the lease unexpired) and change no version.
     * Times are seconds since the epoch on the store's clock (``now()``).
     * Returned snapshots are copies; changing them changes nothing stored.
+    * A quarantined turn (a record that could not be read) is never claimed, queued, woken
+      or written again; ``claim``, ``commit`` and ``request_cancellation`` of it raise
+      ``SnapshotCorruptedError``.
     """
 
     def now(self) -> float:
@@ -251,6 +254,17 @@ class AgentTurnStore(Protocol):
         The child's terminal commit records its result itself, so this finds only records
         written before that was so (the repair scan of older data).
         """
+        ...
+
+    def quarantine(self, turn_id: str, reason: str) -> bool:
+        """Set a turn aside for good, out of every index; False if it already was.
+
+        ``TurnNotFoundError`` if unknown. Workers call it on a record they cannot read.
+        """
+        ...
+
+    def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
+        """(turn id, reason, when) of quarantined turns, newest first, at most ``limit``."""
         ...
 
     def report_child(self, child_turn_id: str) -> bool:

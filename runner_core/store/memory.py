@@ -33,6 +33,7 @@ from runner_core.store import (
     is_claimable,
     waiting_child_ids,
 )
+from runner_core.store import arguments as check
 from runner_core.store.wakeup_index import WakeupIndex
 
 
@@ -78,6 +79,7 @@ class InMemoryAgentTurnStore:
 
     def commit(self, commit: Commit) -> SaveResult:
         """Check everything, then write; see ``Commit``."""
+        check.commit(commit)
         s = commit.snapshot
         with self._lock:
             if commit.expected_version == -1:
@@ -101,6 +103,7 @@ class InMemoryAgentTurnStore:
         self, root_turn_id: str, limit: int = 10_000, *, newest: bool = False
     ) -> list[AgentEvent]:
         """Committed events of the tree, oldest first (``keep_events`` must be on)."""
+        check.read_events(root_turn_id, limit)
         with self._lock:
             if self._events is None:
                 return []
@@ -109,6 +112,7 @@ class InMemoryAgentTurnStore:
 
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""
+        check.turn(child_turn_id, "child_turn_id")
         with self._lock:
             child = self._get(child_turn_id).header
             if not child.status.is_terminal:
@@ -117,6 +121,7 @@ class InMemoryAgentTurnStore:
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn."""
+        check.turn(turn_id)
         with self._lock:
             record = self._get(turn_id)
             copy = record.header.copy_state()
@@ -125,6 +130,7 @@ class InMemoryAgentTurnStore:
 
     def peek(self, turn_id: str) -> TurnControl:
         """The control fields of a turn and the clock."""
+        check.turn(turn_id)
         with self._lock:
             h = self._get(turn_id).header
             return TurnControl(h.version, h.status, h.cancel_requested, h.lease, self._clock())
@@ -148,6 +154,7 @@ class InMemoryAgentTurnStore:
 
     def find_active_turn(self, conversation_id: str) -> tuple[str, AgentTurnStatus] | None:
         """The conversation's non-terminal root turn, if any."""
+        check.turn(conversation_id, "conversation_id")
         with self._lock:
             turn_id = self._conversations.get(conversation_id)
             if turn_id is None:
@@ -159,6 +166,7 @@ class InMemoryAgentTurnStore:
         self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
     ) -> CancelResult:
         """Set the monotonic cancel flag and its reason (no version change)."""
+        check.cancellation(turn_id, reason, events)
         with self._lock:
             self._wakeups.check_writable(turn_id)
             h = self._get(turn_id).header
@@ -171,6 +179,7 @@ class InMemoryAgentTurnStore:
         self, turn_id: str, worker_id: str, now: float, lease_ms: int
     ) -> AgentTurnSnapshot | None:
         """Lease the turn if claimable: new lease id, version bumped."""
+        check.claim(turn_id, worker_id, now, lease_ms)
         with self._lock:
             record = self._get(turn_id)
             self._wakeups.check_writable(turn_id)
@@ -188,6 +197,7 @@ class InMemoryAgentTurnStore:
         self, worker_id: str, now: float, lease_ms: int, limit: int
     ) -> list[AgentTurnSnapshot]:
         """Lease up to ``limit`` claimable turns, oldest first."""
+        check.claim_runnable(worker_id, now, lease_ms, limit)
         claimed: list[AgentTurnSnapshot] = []
         with self._lock:
             for turn_id in list(self._live):
@@ -202,6 +212,7 @@ class InMemoryAgentTurnStore:
         self, turn_id: str, worker_id: str, lease_id: str, now: float, until: float
     ) -> bool:
         """Extend a live lease of this owner and lease id."""
+        check.renew(turn_id, worker_id, lease_id, now, until)
         with self._lock:
             h = self._get(turn_id).header
             lease = h.lease
@@ -214,6 +225,7 @@ class InMemoryAgentTurnStore:
 
     def release_lease(self, turn_id: str, worker_id: str, lease_id: str) -> bool:
         """Drop the lease of this owner and lease id."""
+        check.lease(turn_id, worker_id, lease_id)
         with self._lock:
             h = self._get(turn_id).header
             lease = h.lease
@@ -225,33 +237,39 @@ class InMemoryAgentTurnStore:
 
     def mark_queued(self, turn_ids: Sequence[str]) -> None:
         """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
+        check.queued(turn_ids)
         with self._lock:
             known = [self._records[t].header for t in turn_ids if t in self._records]
             self._wakeups.mark(known, self._clock() + self.requeue_after)
 
     def unmark_queued(self, turn_id: str) -> None:
         """The wake-up for this turn was not sent after all."""
+        check.turn(turn_id)
         with self._lock:
             self._wakeups.unmark(turn_id)
 
     def forget_queued(self, before: float) -> int:
         """Wake-ups marked queued before ``before`` may be lost: clear those marks."""
+        check.times(before=before)
         with self._lock:
             return self._wakeups.forget(before + self.requeue_after)
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
+        check.due(now, limit)
         with self._lock:
             return self._wakeups.scan(self._live_headers(), now, limit, retries_only=True)
 
     def stale_turn_ids(self, now: float, older_than: float, limit: int = 1000) -> list[str]:
         """Turns runnable for ``older_than`` seconds that nobody serves."""
+        check.stale(now, older_than, limit)
         with self._lock:
             bound = now - older_than
             return self._wakeups.scan(self._live_headers(), bound, limit, retries_only=False)
 
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
         """Due retries and lost wake-ups (a scan of live turns: the embedded store)."""
+        check.wakeups(now, lost_after, limit)
         return Wakeups(self.due_turn_ids(now, limit), self.stale_turn_ids(now, lost_after, limit))
 
     def list_turns(
@@ -267,6 +285,7 @@ class InMemoryAgentTurnStore:
         Newest first is by (created at, turn id); ``before`` lists only the turns older than
         that position (the last one of a previous page).
         """
+        check.listing(status, root_turn_id, before, limit)
         return list(itertools.islice(self.iter_turns(status, root_turn_id, before=before), limit))
 
     def iter_turns(
@@ -277,6 +296,7 @@ class InMemoryAgentTurnStore:
         before: tuple[float, str] | None = None,
     ) -> Iterator[TurnListing]:
         """``list_turns`` without a limit."""
+        check.listing(status, root_turn_id, before)
         with self._lock:
             headers = [r.header for r in self._records.values()]
         found = [
@@ -302,11 +322,13 @@ class InMemoryAgentTurnStore:
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first."""
+        check.turn(parent_turn_id, "parent_turn_id")
         with self._lock:
             return list(self._children.get(parent_turn_id, ()))
 
     def quarantine(self, turn_id: str, reason: str) -> bool:
         """Set a turn aside for good (nothing claims, wakes or writes it); False if it was."""
+        check.quarantine(turn_id, reason)
         with self._lock:
             self._get(turn_id).header.lease = None
             self._live.pop(turn_id, None)
@@ -314,12 +336,14 @@ class InMemoryAgentTurnStore:
 
     def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
         """(turn id, reason, when) of quarantined turns, newest first."""
+        check.count(limit)
         with self._lock:
             found = [(t, reason, when) for t, (reason, when) in self._wakeups.quarantine.items()]
         return sorted(found, key=lambda f: -f[2])[:limit]
 
     def find_terminal_children_with_waiting_parent(self, limit: int) -> list[tuple[str, str]]:
         """Ended children whose result has not reached the parent that waits on them."""
+        check.count(limit)
         found: list[tuple[str, str]] = []
         with self._lock:
             for parent_id in self._live:

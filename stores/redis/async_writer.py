@@ -25,6 +25,7 @@ from runner_core.errors import HistoryRewrittenError, SnapshotCorruptedError, Tu
 from runner_core.events import AgentEvent
 from runner_core.snapshot import AgentTurnSnapshot
 from runner_core.store import CancelResult, Commit, SaveResult
+from runner_core.store import arguments as check
 from stores.redis.cache import Known
 from stores.redis.codec import Arg, text
 from stores.redis.connection import async_client, async_retry, async_twin
@@ -263,20 +264,24 @@ class AsyncTurnMethods:
 
     async def acommit(self, commit: Commit) -> SaveResult:
         """``commit()`` over ``redis.asyncio``: the same script, checks and errors."""
+        check.commit(commit)
         return await self.aio.commit(commit)
 
     async def aload(self, turn_id: str) -> AgentTurnSnapshot:
         """``load()`` over ``redis.asyncio``."""
+        check.turn(turn_id)
         return await self.aio.load(turn_id)
 
     async def arequest_cancellation(
         self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
     ) -> CancelResult:
         """``request_cancellation()`` over ``redis.asyncio``."""
+        check.cancellation(turn_id, reason, events)
         return await self.aio.request_cancellation(turn_id, reason, events)
 
     async def achildren_of(self, parent_turn_id: str) -> list[str]:
         """``children_of()`` over ``redis.asyncio``."""
+        check.turn(parent_turn_id, "parent_turn_id")
         return await self.aio.children_of(parent_turn_id)
 
     async def aclose(self) -> None:

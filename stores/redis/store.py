@@ -33,6 +33,7 @@ from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
 from runner_core.store import CancelResult, Commit, SaveResult, TurnControl, Wakeups
+from runner_core.store import arguments as check
 from stores.redis.async_writer import (
     AsyncTurnMethods,
     AsyncWriter,
@@ -141,6 +142,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def commit(self, commit: Commit) -> SaveResult:
         """The one write of a turn (``commit.lua``): one round trip; see ``Commit``."""
+        check.commit(commit)
         with self.guard:
             try:
                 return self.writer.commit(commit)
@@ -150,6 +152,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def report_child(self, child_turn_id: str) -> bool:
         """Record an ended child's result in its waiting parent; True if that woke it."""
+        check.turn(child_turn_id, "child_turn_id")
         child = self.load(child_turn_id)
         if not child.status.is_terminal or child.parent_turn_id is None:
             return False
@@ -166,6 +169,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def load(self, turn_id: str) -> AgentTurnSnapshot:
         """A copy of the stored turn; ``TurnNotFoundError`` if unknown."""
+        check.turn(turn_id)
         with self.guard:
             tag = self.tag_of(turn_id)
             have = self.cached_messages(turn_id)
@@ -175,6 +179,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def peek(self, turn_id: str) -> TurnControl:
         """Version, status, cancel flag, lease and the server clock in one round trip."""
+        check.turn(turn_id)
         with self.guard:
             tag = self.tag_of(turn_id)
             reply = self.scripts.run("peek", [self.keys.header(tag, turn_id)], [turn_id])
@@ -190,6 +195,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def find_active_turn(self, conversation_id: str) -> tuple[str, AgentTurnStatus] | None:
         """The conversation's non-terminal root turn, from its marker."""
+        check.turn(conversation_id, "conversation_id")
         marker = self.keys.conversation(self.keys.conversation_tag(conversation_id))
         with self.guard:
             turn_id, st = self.redis.hmget(marker, "turn", "st")
@@ -202,6 +208,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         self, turn_id: str, reason: str | None = None, events: Sequence[AgentEvent] = ()
     ) -> CancelResult:
         """Set the monotonic cancel flag (no version change) and append ``events``."""
+        check.cancellation(turn_id, reason, events)
         with self.guard:
             tag = self.tag_of(turn_id)
             keys, args = self.cancel_input(tag, turn_id, reason, events)
@@ -223,6 +230,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         self, turn_id: str, worker_id: str, now: float, lease_ms: int
     ) -> AgentTurnSnapshot | None:
         """Lease the turn if claimable: fresh lease id, version bumped; None otherwise."""
+        check.claim(turn_id, worker_id, now, lease_ms)
         with self.guard:
             return self._claim(self.tag_of(turn_id), turn_id, worker_id, now, lease_ms)
 
@@ -230,6 +238,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         self, worker_id: str, now: float, lease_ms: int, limit: int
     ) -> list[AgentTurnSnapshot]:
         """Lease up to ``limit`` claimable turns, longest runnable first; skips corrupt ones."""
+        check.claim_runnable(worker_id, now, lease_ms, limit)
         claimed: list[AgentTurnSnapshot] = []
         if limit <= 0:
             return claimed
@@ -252,6 +261,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         self, turn_id: str, worker_id: str, lease_id: str, now: float, until: float
     ) -> bool:
         """Extend a live lease of this owner and lease id (no version change)."""
+        check.renew(turn_id, worker_id, lease_id, now, until)
         with self.guard:
             tag = self.tag_of(turn_id)
             args = [turn_id, worker_id, lease_id, repr(float(now)), repr(float(until))]
@@ -259,6 +269,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def release_lease(self, turn_id: str, worker_id: str, lease_id: str) -> bool:
         """Drop the lease of this owner and lease id (no version change)."""
+        check.lease(turn_id, worker_id, lease_id)
         with self.guard:
             tag = self.tag_of(turn_id)
             args: list[Arg] = [turn_id, worker_id, lease_id, self.request_id()]
@@ -267,6 +278,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def children_of(self, parent_turn_id: str) -> list[str]:
         """Direct children, oldest first ([] for an unknown turn)."""
+        check.turn(parent_turn_id, "parent_turn_id")
         with self.guard:
             try:
                 tag = self.tag_of(parent_turn_id)
@@ -277,6 +289,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def find_terminal_children_with_waiting_parent(self, limit: int) -> list[tuple[str, str]]:
         """Ended children whose parent still lists them as awaited (the repair scan)."""
+        check.count(limit)
         with self.guard:
             return self.scanner.repair(limit)
 
@@ -287,31 +300,37 @@ class RedisAgentTurnStore(AsyncTurnMethods):
     # -- records that cannot be read, wake-ups (the Sweeper), events (EventStreams) ------
     def quarantine(self, turn_id: str, reason: str) -> bool:
         """Move a turn out of every index with the reason; False if it already was."""
+        check.quarantine(turn_id, reason)
         with self.guard:
             return self.sweeper.quarantine(self.tag_of(turn_id), turn_id, reason)
 
     def quarantined(self, limit: int = 100) -> list[tuple[str, str, float]]:
         """(turn id, reason, when) of quarantined turns, newest first."""
+        check.count(limit)
         with self.guard:
             return self.sweeper.quarantined(limit)
 
     def mark_queued(self, turn_ids: Sequence[str]) -> None:
         """A wake-up was sent for each turn: trust it for ``requeue_after`` seconds."""
+        check.queued(turn_ids)
         with self.guard:
             self.sweeper.mark(turn_ids, repr(float(self.tuning.requeue_after)))
 
     def unmark_queued(self, turn_id: str) -> None:
         """The wake-up for this turn was not sent after all."""
+        check.turn(turn_id)
         with self.guard:
             self.sweeper.mark([turn_id], "")
 
     def forget_queued(self, before: float) -> int:
         """Wake-ups marked queued before ``before`` may be lost: clear those marks."""
+        check.times(before=before)
         with self.guard:
             return self.sweeper.forget(before)
 
     def due_turn_ids(self, now: float, limit: int = 1000) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
+        check.due(now, limit)
         with self.guard:
             return self.sweeper.due_retries(now, limit)
 
@@ -321,11 +340,13 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         A turn with a queued wake-up scores the end of its mark in the runnable index, a
         leased one its lease expiry: both stay out until then.
         """
+        check.stale(now, older_than, limit)
         with self.guard:
             return [c[2] for c in self.scanner.runnable(now - older_than, limit, False, limit)]
 
     def wakeups(self, now: float, lost_after: float, limit: int = 1000) -> Wakeups:
         """The sweeper's query: due retries and lost wake-ups, at the cost of what is due."""
+        check.wakeups(now, lost_after, limit)
         with self.guard:
             return self.sweeper.wakeups(now, lost_after, limit)
 
@@ -336,6 +357,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
         ``newest``: those among the stream's last ``limit`` entries.
         """
+        check.read_events(root_turn_id, limit)
         with self.guard:
             try:
                 tag = self.tag_of(root_turn_id)
@@ -356,6 +378,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         Newest first is by (created at, turn id); ``before`` lists only the turns older than
         that position (the last one of a previous page). See ``iter_turns``.
         """
+        check.listing(status, root_turn_id, before, limit)
         return list(itertools.islice(self.iter_turns(status, root_turn_id, before=before), limit))
 
     def iter_turns(
@@ -370,6 +393,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         The turn trees are read newest first (by their newest creation), in batches: a
         listing of the newest few costs a few batches, whatever the store holds.
         """
+        check.listing(status, root_turn_id, before)
         with self.guard:
             if root_turn_id is not None:
                 try:
@@ -396,6 +420,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         tag, how many of its oldest candidates were refused (so they are stepped over,
         and a run never stalls behind more refusals than one batch holds); it is updated.
         """
+        check.expiry(older_than_seconds, limit)
         older = self.retention_seconds if older_than_seconds is None else older_than_seconds
         if older is None:
             return 0
@@ -413,6 +438,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
 
     def prune_partitions(self, grace_seconds: float = 3600.0) -> int:
         """Forget empty tags in the partition sets (untouched for ``grace_seconds``)."""
+        check.times(grace_seconds=grace_seconds)
         with self.guard:
             return self.scanner.prune(grace_seconds)
 

@@ -151,6 +151,8 @@ class EventStreams:
 
         ``newest``: those among the stream's last ``limit`` entries.
         """
+        if limit == 0:
+            return []  # XRANGE takes no count of 0
         key = self.keys.events(tag, root_turn_id)
         if newest:
             entries = list(reversed(self.redis.xrevrange(key, count=limit) or []))

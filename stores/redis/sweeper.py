@@ -113,23 +113,53 @@ class Sweeper:
             self.scanner.backfill()
             self.backfilled_at = time.monotonic()
         found = self.scanner.collect(now, limit, limit)
+        found, states = self.present(found, self.scanner.statuses(found))
         bound = now - lost_after
         stale = [turn_id for score, _, turn_id in found if score <= bound]
-        return Wakeups(self.retries(found)[:limit], stale[:limit])
+        return Wakeups(self.retries(found, states)[:limit], stale[:limit])
 
     def due_retries(self, now: float, limit: int) -> list[str]:
         """Scheduled retries whose time has come and no queued wake-up covers."""
         candidates = self.scanner.runnable(now, max(limit, 100), False, 4 * limit)
-        return self.retries(candidates)[:limit]
+        return self.retries(candidates, self.scanner.statuses(candidates))[:limit]
 
-    def retries(self, candidates: Sequence[Candidate]) -> list[str]:
+    def retries(
+        self, candidates: Sequence[Candidate], states: Sequence[tuple[str, str]]
+    ) -> list[str]:
         """The candidates that are scheduled retries (not cancel requests)."""
-        states = self.scanner.statuses(candidates)
         return [
             turn_id
             for (_, _, turn_id), (st, cx) in zip(candidates, states, strict=True)
             if st == AgentTurnStatus.RETRY_SCHEDULED.value and cx != "1"
         ]
+
+    def present(
+        self, candidates: Sequence[Candidate], states: Sequence[tuple[str, str]]
+    ) -> tuple[list[Candidate], list[tuple[str, str]]]:
+        """The candidates whose record exists; index entries of vanished ones are dropped.
+
+        An entry without its record (deleted behind the index) would be woken on every
+        sweep, since nothing can claim or mark it: it is removed, if its score is still
+        the one read. A record whose status cannot be read stays (its claim quarantines it).
+        """
+        unread = [i for i, (st, _) in enumerate(states) if not st]
+        if not unread:
+            return list(candidates), list(states)
+        pipe = self.redis.pipeline(transaction=False)
+        for i in unread:
+            _, tag, turn_id = candidates[i]
+            pipe.exists(self.keys.header(tag, turn_id))
+        gone = {i for i, exists in zip(unread, pipe.execute(), strict=True) if not exists}
+        drop = self.scripts["zrem_if"]
+        calls = []
+        for i in sorted(gone):
+            score, tag, turn_id = candidates[i]
+            calls.append((drop, [self.keys.runnable(tag)], [turn_id, repr(float(score))]))
+            log.warning("turn %s: in the runnable index without a record; dropped", turn_id)
+        if calls:
+            self.scripts.pipelined(calls)
+        kept = [i for i in range(len(candidates)) if i not in gone]
+        return [candidates[i] for i in kept], [states[i] for i in kept]
 
     def quarantine(self, tag: str, turn_id: str, reason: str) -> bool:
         """Move a turn out of every index, with the reason; False if it already was."""

@@ -146,7 +146,7 @@ def test_unknown_turn_and_pickle_are_refused(
     turn = runner.start("e2e-tools", "after the bad messages")
     assert drive(runner, [turn.id], timeout=30)[turn.id].status is AgentTurnStatus.COMPLETED
     log = (fleet.logs / "w1.log").read_text()
-    assert "unknown turn no-such-turn" in log
+    assert "unknown turn 'no-such-turn'" in log
     assert "ContentDisallowed" in log or "pickle" in log
 
 

@@ -13,6 +13,7 @@ import pytest
 from agentworker.settings import Settings
 from agentworker.wiring import make_runner
 from runner_core import (
+    AgentLimits,
     AgentRunner,
     AgentTurnStore,
     AgentWorkerError,
@@ -72,3 +73,10 @@ def test_the_settings_limits_bound_a_producer_on_redis(redis_server: RedisServer
     with pytest.raises(TurnNotFoundError):
         runner.store.load("over-the-limit")
     assert redis_server.client().keys("*over-the-limit*") == []
+
+
+def test_the_history_limits_come_from_the_settings() -> None:
+    settings = Settings(max_history_messages=3, max_history_bytes=4096)
+
+    assert (settings.limits.max_history_messages, settings.limits.max_history_bytes) == (3, 4096)
+    assert Settings().limits == AgentLimits()
