@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from runner_core.errors import AgentNotFoundError, InvalidArgumentError
 from runner_core.messages import SystemMessage
 from runner_core.middleware import Middleware
-from runner_core.models.base import AnyChatModel, AsyncChatModel, ChatModel
+from runner_core.models.base import AnyChatModel, AsyncChatModel, ChatModel, ToolSpec
 from runner_core.planning import AgentPlanningPolicy, plan_tool_specs
 from runner_core.tools import Tool, as_tool
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """Tools listed when first needed, such as an MCP server's (``runner_core.mcp``)."""
+
+    #: The toolset's name in errors and traces.
+    name: str
+
+    def agent_tools(self) -> Sequence[Tool]:
+        """The tools as they are now (may block; raises a retryable error when unreachable)."""
+        ...
 
 
 class Agent:
@@ -23,7 +35,7 @@ class Agent:
         model: AnyChatModel,
         instructions: str = "",
         version: str = "1",
-        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tools: Sequence[Tool | Toolset | Callable[..., Any]] = (),
         sub_agents: Sequence[str] = (),
         planning: AgentPlanningPolicy | None = None,
         max_iterations: int = 100,
@@ -37,6 +49,7 @@ class Agent:
 
         ``deps``: a zero-argument callable (sync or async) building what its tools share
         (``AgentToolContext.deps``), once per process, never persisted (``runner_core.deps``).
+        A ``Toolset`` in ``tools`` is not contacted here: its tools are listed on first use.
         """
         _check(id, model, max_iterations, deps)
         self.id = id
@@ -44,12 +57,17 @@ class Agent:
         self.instructions = instructions
         self.system_messages = (SystemMessage(instructions),) if instructions else ()
         self.version = str(version)
-        self.tools = _by_name(id, tools)
+        self._tools, self._toolsets = _by_name(id, tools)
         self.sub_agents = tuple(sub_agents)
         self.planning = planning
-        self.tool_specs = [t.spec for t in self.tools.values()]
-        if isinstance(planning, AgentPlanningPolicy) and planning.enabled:
-            self.tool_specs += plan_tool_specs()
+        self._plan_specs = (
+            plan_tool_specs()
+            if isinstance(planning, AgentPlanningPolicy) and planning.enabled
+            else []
+        )
+        self._specs = [t.spec for t in self._tools.values()] + self._plan_specs
+        self._expansion: tuple[tuple[Sequence[Tool], ...], dict[str, Tool], list[ToolSpec]]
+        self._expansion = ((), self._tools, self._specs)
         self.max_iterations = max_iterations
         self.max_attached_turns = max_attached_turns
         self.max_attached_messages = max_attached_messages
@@ -57,6 +75,35 @@ class Agent:
         self.model_settings = dict(model_settings or {})
         #: Builds the agent's per-process dependencies (None: ``ctx.deps`` is None).
         self.deps = deps
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """Every tool by name: the plain ones, then each toolset's as it lists them now."""
+        return self._expanded()[0] if self._toolsets else self._tools
+
+    @property
+    def tool_specs(self) -> list[ToolSpec]:
+        """The specs the model is offered: every tool's, then the plan tools'."""
+        return self._expanded()[1] if self._toolsets else self._specs
+
+    def _expanded(self) -> tuple[dict[str, Tool], list[ToolSpec]]:
+        listed = tuple(ts.agent_tools() for ts in self._toolsets)
+        seen, tools, specs = self._expansion
+        if len(seen) == len(listed) and all(a is b for a, b in zip(seen, listed, strict=True)):
+            return tools, specs
+        tools = dict(self._tools)
+        for toolset, provided in zip(self._toolsets, listed, strict=True):
+            for t in provided:
+                if t.name in tools:
+                    raise InvalidArgumentError(
+                        f"agent {self.id!r}: toolset {toolset.name!r} lists a tool named "
+                        f"{t.name!r}, a name already taken (give the toolset a prefix)",
+                        field="tools",
+                    )
+                tools[t.name] = t
+        specs = [t.spec for t in tools.values()] + self._plan_specs
+        self._expansion = (listed, tools, specs)
+        return tools, specs
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r}, version={self.version!r})"
@@ -79,14 +126,21 @@ def _check(id: str, model: object, max_iterations: int, deps: object) -> None:
         )
 
 
-def _by_name(agent_id: str, tools: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+def _by_name(
+    agent_id: str, tools: Sequence[Tool | Toolset | Callable[..., Any]]
+) -> tuple[dict[str, Tool], tuple[Toolset, ...]]:
+    """The plain tools by name, and the toolsets whose tools are listed when first needed."""
     by_name: dict[str, Tool] = {}
+    toolsets: list[Toolset] = []
     for t in tools:
+        if not isinstance(t, Tool) and isinstance(t, Toolset):
+            toolsets.append(t)
+            continue
         resolved = as_tool(t)
         if resolved.name in by_name:
             raise ValueError(f"agent {agent_id!r}: two tools named {resolved.name!r}")
         by_name[resolved.name] = resolved
-    return by_name
+    return by_name, tuple(toolsets)
 
 
 class AgentLoader(Protocol):

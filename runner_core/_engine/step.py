@@ -29,6 +29,7 @@ from runner_core._engine.toolbatch import (
     PlanStored,
     ToolBatch,
     ToolsDone,
+    record_fingerprints,
 )
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError
@@ -40,6 +41,7 @@ from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, Suspe
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
 from runner_core.status import move
+from runner_core.tools import ToolCallAbortedError
 from runner_core.turn import AgentStepResult, AgentTurn
 
 
@@ -174,11 +176,14 @@ class _Step:
             self.k.guard(turn)
         st.iteration_count += 1
         self.guarded = False
-        request = ModelRequest(
-            [*agent.system_messages, *st.messages],
-            agent.tool_specs,
-            dict(agent.model_settings),
-        )
+        try:
+            request = ModelRequest(
+                [*agent.system_messages, *st.messages],
+                agent.tool_specs,  # a toolset lists its tools when due: it may be down
+                dict(agent.model_settings),
+            )
+        except ToolCallAbortedError as exc:
+            return self._failure(exc, Phase.MODEL)
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
         try:
             response = chain_model(
@@ -191,6 +196,7 @@ class _Step:
         st.usage = st.usage + response.usage
         st.messages.append(message)
         st.pending_tool_calls = list(message.tool_calls)
+        record_fingerprints(turn, message.tool_calls)
         self.k.emit(
             turn,
             E.MODEL_COMPLETED,

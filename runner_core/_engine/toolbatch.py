@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +26,11 @@ from runner_core._engine.children import is_plan_call, planning_policy, store_pl
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import UserInputRequested
-from runner_core.errors import ConcurrentModificationError, LeaseLostError
+from runner_core.errors import (
+    ConcurrentModificationError,
+    LeaseLostError,
+    ToolSchemaChangedError,
+)
 from runner_core.events import AgentEventType as E
 from runner_core.messages import ToolCall, ToolMessage
 from runner_core.middleware import chain_tool
@@ -45,6 +49,8 @@ from runner_core.tools import (
 from runner_core.turn import AgentStepResult, AgentTurn
 
 _INFRA_ERRORS = (LeaseLostError, ConcurrentModificationError)
+#: Errors that end a call for the runner (retry or fail), never for the model.
+_ABORTS = (ToolCallAbortedError, ToolSchemaChangedError)
 
 #: Calls of one step that run at once at most (``max_tool_concurrency=0`` included).
 MAX_AT_ONCE = 32
@@ -138,7 +144,13 @@ class _Await:
     call: ToolCall
 
 
-_Item = _Plan | _Refuse | _Run | _Await
+@dataclass(frozen=True, slots=True)
+class _Abort:
+    call: ToolCall
+    error: Exception
+
+
+_Item = _Plan | _Refuse | _Run | _Await | _Abort
 
 
 def plan_calls(turn: AgentTurn) -> list[_Item]:
@@ -150,7 +162,12 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
     st = turn.state
     if is_plan_call(turn, call):
         return _Plan(call)
-    tool = turn.agent.tools.get(call.name)
+    try:
+        tool = turn.agent.tools.get(call.name)  # a toolset lists its tools when due
+    except ToolCallAbortedError as exc:
+        return _Abort(call, exc)
+    if changed := _schema_changed(turn, tool, call):
+        return _Abort(call, changed)
     if tool is None:
         known = ", ".join(sorted(turn.agent.tools)) or "none"
         return _Refuse(call, "unknown_tool", f"unknown tool {call.name!r} (available: {known})")
@@ -170,6 +187,39 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
     if decision is ApprovalDecision.REQUIRE:
         return _Await(call)
     return _Run(tool, call)
+
+
+def record_fingerprints(turn: AgentTurn, calls: Iterable[ToolCall]) -> None:
+    """Note the schema fingerprint of each server tool called, the first time it is called.
+
+    Saved with the pending calls, so a worker that lists another schema later refuses to
+    run them (``ToolSchemaChangedError``). Only toolset tools carry a fingerprint.
+    """
+    try:
+        tools = turn.agent.tools
+    except ToolCallAbortedError:
+        return  # unreachable now: the call's classification records it later
+    recorded = turn.state.tool_fingerprints
+    for call in calls:
+        print_ = getattr(tools.get(call.name), "fingerprint", None)
+        if isinstance(print_, str):
+            recorded.setdefault(call.name, print_)
+
+
+def _schema_changed(
+    turn: AgentTurn, tool: Tool | None, call: ToolCall
+) -> ToolSchemaChangedError | None:
+    """A refusal when the tool's schema is not the one recorded when its call was planned."""
+    recorded = turn.state.tool_fingerprints.get(call.name)
+    if recorded is None:
+        if tool is not None:
+            record_fingerprints(turn, [call])  # planned before fingerprints were kept
+        return None
+    current = getattr(tool, "fingerprint", None)
+    if current == recorded:
+        return None
+    server = str(getattr(tool, "server", "") or "unknown")
+    return ToolSchemaChangedError(turn.state.id, call.name, server, recorded, current or "absent")
 
 
 def _concurrent_runs(plan: list[_Item]) -> int:
@@ -228,6 +278,8 @@ class ToolBatch:
                 self._refuse(call, kind, message)
             case _Await(call=call):
                 self.awaiting.append(call)
+            case _Abort(call=call, error=error):
+                self._failed(call, error)
             case _Plan(call=call):
                 self._drain()
                 if self.end is None:
@@ -368,7 +420,7 @@ class ToolBatch:
             error=ErrorInfo.of(exc).model_dump(),
         )
         to_model = self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL"
-        if to_model and not isinstance(exc, ToolCallAbortedError):
+        if to_model and not isinstance(exc, _ABORTS):
             content = error_content("tool_error", str(exc), exception=type(exc).__name__)
             message = ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
             self._answer(call, message)
