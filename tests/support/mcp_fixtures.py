@@ -99,6 +99,10 @@ class HttpServer:
         self.stop()
         self.start()
 
+    def release(self) -> None:
+        """Let every held call answer (tools_server.py ``hold``)."""
+        self.files.release.touch()
+
 
 def _listening(port: int) -> bool:
     with socket.socket() as s:

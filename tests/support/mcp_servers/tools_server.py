@@ -5,7 +5,7 @@ Set by the environment:
   (``event``: call, deduplicated, done), with its idempotency key and this process's pid;
 - ``MCP_TEST_LEDGER``: a file of results by idempotency key, so a call sent again with a
   key already answered is deduplicated (across restarts and processes);
-- ``MCP_TEST_RELEASE``: a file ``hold`` waits for before it answers;
+- ``MCP_TEST_RELEASE``: a file ``hold`` waits for before it answers (after its work);
 - ``MCP_TEST_SCHEMA``: a file; when it reads ``v2`` at start, ``add`` takes a third
   parameter (a changed schema).
 """
@@ -107,15 +107,23 @@ async def charge(amount: int, ctx: Context) -> str:
 
 @server.tool()
 async def hold(tag: str, ctx: Context) -> str:
-    """Answer only once the release file exists (a worker can be killed meanwhile)."""
+    """Do the work, then answer only once the release file exists.
 
-    async def work() -> str:
-        release = os.environ.get("MCP_TEST_RELEASE")
-        while release and not os.path.exists(release):
-            await anyio.sleep(0.05)
-        return f"held {tag}"
-
-    return await _once("hold", ctx, work)
+    A worker killed while it waits has had its call executed but never got the answer:
+    the call sent again with the same key is deduplicated.
+    """
+    key = _key(ctx)
+    _log("call", "hold", key)
+    if (done := _answered(key)) is not None:
+        _log("deduplicated", "hold", key)
+        return done
+    result = f"held {tag}"
+    _answer(key, result)
+    _log("done", "hold", key)
+    release = os.environ.get("MCP_TEST_RELEASE")
+    while release and not os.path.exists(release):
+        await anyio.sleep(0.05)
+    return result
 
 
 @server.tool()
