@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
-from mcp import Client, MCPError, StdioServerParameters, types
+from mcp import Client, MCPError, StdioServerParameters, stdio_client, types
 from mcp.client.streamable_http import streamable_http_client
 
 from runner_core._engine import aio
@@ -107,7 +107,7 @@ class MCPToolset:
         )
 
         def opener() -> Client:
-            return Client(params, cache=None, client_info=CLIENT_INFO)
+            return Client(stdio_client(params), cache=None, client_info=CLIENT_INFO)
 
         return cls(name or _stdio_name(command, args), opener, **options)
 
