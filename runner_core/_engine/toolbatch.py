@@ -211,11 +211,11 @@ def _schema_changed(
 ) -> ToolSchemaChangedError | None:
     """A refusal when the tool's schema is not the one recorded when its call was planned."""
     recorded = turn.state.tool_fingerprints.get(call.name)
-    if recorded is None:
-        if tool is not None:
-            record_fingerprints(turn, [call])  # planned before fingerprints were kept
-        return None
     current = getattr(tool, "fingerprint", None)
+    if recorded is None:
+        if isinstance(current, str):  # planned before fingerprints were kept
+            turn.state.tool_fingerprints[call.name] = current
+        return None
     if current == recorded:
         return None
     server = str(getattr(tool, "server", "") or "unknown")
