@@ -53,7 +53,12 @@ def agents() -> list[Agent]:
     http: MCPToolset = http_toolset(os.environ["MCP_E2E_URL"])
     gated = http_toolset(os.environ["MCP_E2E_URL"], requires_approval={"charge"})
     two_calls = (("add", {"a": 1, "b": 2}), ("charge", {"amount": 7}))
+    gated_stdio = stdio_toolset(files(Path(os.environ["MCP_E2E_DIR"])), requires_approval=True)
+    late = http_toolset(os.environ["MCP_E2E_LATE_URL"], name="late-billing", connect_timeout=3)
     return [
+        Agent("mcp-stdio-gated", _script(("add", {"a": 2, "b": 2})), tools=[gated_stdio]),
+        Agent("mcp-http-two", _script(*two_calls), tools=[gated]),
+        Agent("mcp-late", _script(("add", {"a": 5, "b": 5})), tools=[late]),
         Agent("mcp-stdio", _script(*two_calls), tools=[stdio]),
         Agent("mcp-http", _script(*two_calls), tools=[http]),
         Agent("mcp-approval", _script(("charge", {"amount": 9})), tools=[gated]),
