@@ -162,7 +162,9 @@ class MCPToolset:
 
     def _tool(self, listed: types.Tool) -> MCPTool:
         approval = self.requires_approval
-        if not (isinstance(approval, bool) or callable(approval)):
+        if isinstance(approval, str):  # one name, not a collection of its letters
+            approval = listed.name == approval
+        elif not (isinstance(approval, bool) or callable(approval)):
             approval = listed.name in approval
         return MCPTool(
             self,

@@ -15,8 +15,10 @@ from runner_core import (
     AgentRunner,
     AgentTurnOptions,
     AgentTurnStatus,
+    ApprovalDecision,
     RetryPolicy,
     SuspensionType,
+    ToolCall,
 )
 from runner_core.mcp import MCPToolset, fingerprint
 from tests.support.mcp_fixtures import (
@@ -70,6 +72,7 @@ def test_a_turn_lists_calls_and_completes(
     make_runner: Callable[..., AgentRunner],
     make_toolset: Callable[..., MCPToolset],
     mcp_files: ServerFiles,
+    transport: str,
 ) -> None:
     # Given an agent with the server's tools next to nothing else
     script = Script(ask(call("add", "c1", a=2, b=3)), "five")
@@ -88,6 +91,7 @@ def test_a_turn_lists_calls_and_completes(
     assert (result.is_error, json.loads(result.content)) == (False, {"result": 5})
     [logged] = mcp_files.entries("call", "add")
     assert logged["key"] == f"{turn.id}:c1"
+    assert logged["x_test"] == (None if transport == "stdio" else "1")  # headers= sent
     schema = offered["add"].parameters
     assert turn.state.tool_fingerprints == {"add": fingerprint("add", schema)}
 
@@ -269,3 +273,33 @@ def test_a_schema_changed_mid_turn_is_refused_naming_the_tool(
     assert done.terminal_reason.startswith("ToolSchemaChangedError: ")
     assert "tool 'add' of server 'test-tools' changed its schema" in done.terminal_reason
     assert mcp_files.entries("call", "add") == []
+
+
+def test_an_approval_policy_and_a_single_name_pick_the_calls(
+    make_runner: Callable[..., AgentRunner], mcp_files: ServerFiles, toolsets: list[MCPToolset]
+) -> None:
+    # Given a policy that denies charges over 10, and a toolset gating "add" by its name
+    def policy(turn: object, call: ToolCall) -> ApprovalDecision:
+        too_much = call.name == "charge" and call.arguments["amount"] > 10
+        return ApprovalDecision.DENY if too_much else ApprovalDecision.ALLOW
+
+    by_policy = stdio_toolset(mcp_files, requires_approval=policy)
+    by_name = stdio_toolset(mcp_files, requires_approval="add", prefix="gated_")
+    toolsets += [by_policy, by_name]
+    script = Script(
+        ask(
+            call("charge", "c1", amount=50),
+            call("charge", "c2", amount=5),
+            call("gated_add", "c3", a=1, b=1),
+        ),
+        "done",
+    )
+
+    turn = make_runner().run(agent(script, by_policy, by_name), "go")
+
+    # Then the big charge is denied, the small one runs, and only add waits for approval
+    assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+    assert turn.suspension is not None and turn.suspension.correlation_id == "c3"
+    by_id = {m.call_id: m for m in tool_messages(turn.messages)}
+    assert json.loads(by_id["c1"].content)["type"] == "tool_denied"
+    assert json.loads(by_id["c2"].content) == {"result": "charged 5"}

@@ -91,7 +91,7 @@ else:
     @server.tool()
     async def add(a: int, b: int, ctx: Context) -> int:  # type: ignore[misc]
         """Add two numbers."""
-        _log("call", "add", _key(ctx))
+        _log("call", "add", _key(ctx), x_test=(ctx.headers or {}).get("x-test"))
         return a + b
 
 
