@@ -229,3 +229,22 @@ def test_a_schema_changed_while_a_turn_waits_fails_it_naming_the_tool(
     assert final.error is not None and final.error.type == "ToolSchemaChangedError"
     assert "tool 'add' of server 'test-tools' changed its schema" in (final.terminal_reason or "")
     assert [e for e in server_files.entries("call", "add") if e["key"].startswith(turn.id)] == []
+
+
+def test_prefork_children_open_their_own_sessions(
+    fleet: Fleet, producer_env: dict[str, str], server_files: ServerFiles
+) -> None:
+    # Given a prefork worker with two children
+    fleet.start_worker("forks", concurrency=2, pool="prefork")
+    fleet.wait_ready()
+    runner = producer()
+
+    # When they run stdio turns side by side
+    ids = [runner.start("mcp-stdio", "go").id for _ in range(4)]
+    final = drive(runner, ids, timeout=90)
+
+    # Then every turn completed, each call from a server its child started for itself
+    assert all(s.status is AgentTurnStatus.COMPLETED for s in final.values()), final
+    starts = {e["pid"] for e in server_files.entries("start")}
+    callers = {e["pid"] for e in server_files.entries("call") if e["tool"] == "add"}
+    assert callers <= starts and len(starts) <= 3  # the HTTP server and one per child
