@@ -90,6 +90,12 @@ class ServerSession:
         if self._pid != os.getpid():
             self._pid, self._open, self._lock, self.opened = os.getpid(), None, None, 0
 
+    def current(self) -> OpenSession | None:
+        """The open session of this process, if there is one (no I/O)."""
+        self._here()
+        live = self._open
+        return live if live is not None and live.alive else None
+
     async def session(self) -> OpenSession:
         """The open session, opening one (and listing its tools) when there is none."""
         self._here()

@@ -136,9 +136,10 @@ class MCPToolset:
     # -- the agent's side ------------------------------------------------------------------
     def agent_tools(self) -> tuple[MCPTool, ...]:
         """The server's tools for this process's agents (listed when due; blocking)."""
-        listed = self._listed
-        pid = os.getpid()
-        if listed is not None and listed.pid == pid and self._fresh(listed.listed_at):
+        listed, live = self._listed, self.session.current()
+        if live is not None and (listed is None or live.listing != listed.listing):
+            return self._tools_of(live).tools  # re-opened (and listed) meanwhile: no I/O
+        if listed is not None and listed.pid == os.getpid() and self._fresh(listed.listed_at):
             return listed.tools
         try:
             live = aio.run(self.session.tools(self.list_ttl), timeout=3 * self.connect_timeout)

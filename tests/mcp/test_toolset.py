@@ -274,6 +274,15 @@ def test_a_schema_changed_mid_turn_is_refused_naming_the_tool(
     assert "tool 'add' of server 'test-tools' changed its schema" in done.terminal_reason
     assert mcp_files.entries("call", "add") == []
 
+    # And a new turn is offered the new schema and runs on it
+    script = Script(ask(call("add", "c1", a=1, b=2, c=3)), "six")
+    after = runner.run(agent(script, toolset), "1+2+3")
+    assert script.requests[0].tools[0].parameters["required"] == ["a", "b", "c"]
+    assert after.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+    after = runner.resume(after.id, AgentResumeCommand.approve_tool("c1"))
+    assert after.status is AgentTurnStatus.COMPLETED, after.terminal_reason
+    assert json.loads(tool_messages(after.messages)[0].content) == {"result": 6}
+
 
 def test_an_approval_policy_and_a_single_name_pick_the_calls(
     make_runner: Callable[..., AgentRunner], mcp_files: ServerFiles, toolsets: list[MCPToolset]
