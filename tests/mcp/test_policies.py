@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pickle
@@ -131,3 +132,15 @@ def test_a_forked_child_opens_its_own_session(
     [caller] = {e["pid"] for e in mcp_files.entries("call", "add")}
     assert caller != parent_server
     assert toolset.session.opened == 1
+
+
+def test_an_async_producer_runs_mcp_turns(
+    make_runner: Callable[..., AgentRunner], toolset: MCPToolset
+) -> None:
+    # Given the caller's own event loop (not the process loop the session lives on)
+    script = Script(ask(call("add", "c1", a=1, b=2)), "three")
+
+    turn = asyncio.run(make_runner().arun(agent(script, toolset), "1+2"))
+
+    assert turn.status is AgentTurnStatus.COMPLETED, turn.terminal_reason
+    assert json.loads(tool_messages(turn.messages)[0].content) == {"result": 3}
