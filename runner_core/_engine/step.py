@@ -17,6 +17,7 @@ from typing import assert_never
 from runner_core._engine import budget
 from runner_core._engine.calls import call_model, checked_message, is_retryable
 from runner_core._engine.children import TaskStart, settle_children, start_tasks
+from runner_core._engine.fingerprints import record_fingerprints
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolbatch import (
     AskUser,
@@ -29,7 +30,6 @@ from runner_core._engine.toolbatch import (
     PlanStored,
     ToolBatch,
     ToolsDone,
-    record_fingerprints,
 )
 from runner_core.context import UserInputRequested
 from runner_core.errors import ConcurrentModificationError, LeaseLostError

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from functools import partial
@@ -23,6 +23,7 @@ from functools import partial
 from runner_core._engine import budget
 from runner_core._engine.calls import invoke_tool
 from runner_core._engine.children import is_plan_call, planning_policy, store_plan
+from runner_core._engine.fingerprints import schema_changed
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import UserInputRequested
@@ -166,7 +167,7 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
         tool = turn.agent.tools.get(call.name)  # a toolset lists its tools when due
     except ToolCallAbortedError as exc:
         return _Abort(call, exc)
-    if changed := _schema_changed(turn, tool, call):
+    if changed := schema_changed(turn, tool, call):
         return _Abort(call, changed)
     if tool is None:
         known = ", ".join(sorted(turn.agent.tools)) or "none"
@@ -187,39 +188,6 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
     if decision is ApprovalDecision.REQUIRE:
         return _Await(call)
     return _Run(tool, call)
-
-
-def record_fingerprints(turn: AgentTurn, calls: Iterable[ToolCall]) -> None:
-    """Note the schema fingerprint of each server tool called, the first time it is called.
-
-    Saved with the pending calls, so a worker that lists another schema later refuses to
-    run them (``ToolSchemaChangedError``). Only toolset tools carry a fingerprint.
-    """
-    try:
-        tools = turn.agent.tools
-    except ToolCallAbortedError:
-        return  # unreachable now: the call's classification records it later
-    recorded = turn.state.tool_fingerprints
-    for call in calls:
-        print_ = getattr(tools.get(call.name), "fingerprint", None)
-        if isinstance(print_, str):
-            recorded.setdefault(call.name, print_)
-
-
-def _schema_changed(
-    turn: AgentTurn, tool: Tool | None, call: ToolCall
-) -> ToolSchemaChangedError | None:
-    """A refusal when the tool's schema is not the one recorded when its call was planned."""
-    recorded = turn.state.tool_fingerprints.get(call.name)
-    current = getattr(tool, "fingerprint", None)
-    if recorded is None:
-        if isinstance(current, str):  # planned before fingerprints were kept
-            turn.state.tool_fingerprints[call.name] = current
-        return None
-    if current == recorded:
-        return None
-    server = str(getattr(tool, "server", "") or "unknown")
-    return ToolSchemaChangedError(turn.state.id, call.name, server, recorded, current or "absent")
 
 
 def _concurrent_runs(plan: list[_Item]) -> int:
