@@ -312,3 +312,28 @@ def test_an_approval_policy_and_a_single_name_pick_the_calls(
     by_id = {m.call_id: m for m in tool_messages(turn.messages)}
     assert json.loads(by_id["c1"].content)["type"] == "tool_denied"
     assert json.loads(by_id["c2"].content) == {"result": "charged 5"}
+
+
+def test_a_server_gone_mid_turn_is_retried_until_it_is_back(
+    make_runner: Callable[..., AgentRunner], mcp_http: HttpServer, toolsets: list[MCPToolset]
+) -> None:
+    # Given a turn whose second step finds the HTTP server gone (its session was open)
+    toolset = http_toolset(mcp_http, connect_timeout=3)
+    toolsets.append(toolset)
+    script = Script(
+        ask(call("add", "c1", a=1, b=2)),
+        lambda _: mcp_http.stop() or ask(call("add", "c2", a=3, b=4)),  # type: ignore[func-returns-value]
+        "done",
+    )
+    runner = make_runner()
+
+    # When it runs, the second call is scheduled for a retry naming the server
+    turn = runner.run(agent(script, toolset), "twice", options=RETRY)
+    assert turn.status is AgentTurnStatus.RETRY_SCHEDULED
+    assert turn.suspension is not None and "MCP server 'test-tools'" in turn.suspension.message
+
+    # Then, the server back, the retry completes the turn
+    mcp_http.start()
+    done = runner.resume(turn.id, AgentResumeCommand.retry())
+    assert done.status is AgentTurnStatus.COMPLETED, done.terminal_reason
+    assert [m.content for m in tool_messages(done.messages)] == ['{"result": 3}', '{"result": 7}']
