@@ -273,6 +273,7 @@ def test_a_schema_changed_mid_turn_is_refused_naming_the_tool(
     assert done.terminal_reason.startswith("ToolSchemaChangedError: ")
     assert "tool 'add' of server 'test-tools' changed its schema" in done.terminal_reason
     assert mcp_files.entries("call", "add") == []
+    assert [m.call_id for m in tool_messages(done.messages)] == ["c1"]  # the protocol closed
 
     # And a new turn is offered the new schema and runs on it
     script = Script(ask(call("add", "c1", a=1, b=2, c=3)), "six")
