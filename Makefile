@@ -83,6 +83,7 @@ bench: $(STAMP) redis-check  ## Benchmarks (not tests): in-memory, Redis and fle
 	@$(PY) -m benchmarks.step_bench
 	@$(PY) -m benchmarks.async_bench
 	@$(PY) -m benchmarks.tools_bench
+	@$(PY) -m benchmarks.mcp_bench
 	@$(PY) -m benchmarks.producer_bench
 	@$(PY) -m benchmarks.redis_bench
 	@$(PY) -m benchmarks.sweep_bench

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from runner_core.errors import AgentNotFoundError, InvalidArgumentError, InvalidArgumentTypeError
 from runner_core.messages import SystemMessage
@@ -14,11 +14,24 @@ from runner_core.models.base import (
     AsyncChatModel,
     ChatModel,
     OutputSchema,
+    ToolSpec,
     supports_native_output,
 )
-from runner_core.output import FINAL_TOOL, OutputSpec
+from runner_core.output import OutputSpec
 from runner_core.planning import AgentPlanningPolicy, plan_tool_specs
 from runner_core.tools import Tool, as_tool
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """Tools listed when first needed, such as an MCP server's (``runner_core.mcp``)."""
+
+    #: The toolset's name in errors and traces.
+    name: str
+
+    def agent_tools(self) -> Sequence[Tool]:
+        """The tools as they are now (may block; raises a retryable error when unreachable)."""
+        ...
 
 
 class Agent:
@@ -30,7 +43,7 @@ class Agent:
         model: AnyChatModel,
         instructions: str = "",
         version: str = "1",
-        tools: Sequence[Tool | Callable[..., Any]] = (),
+        tools: Sequence[Tool | Toolset | Callable[..., Any]] = (),
         sub_agents: Sequence[str] = (),
         planning: AgentPlanningPolicy | None = None,
         max_iterations: int = 100,
@@ -47,6 +60,7 @@ class Agent:
 
         ``deps``: a zero-argument callable (sync or async) building what its tools share
         (``AgentToolContext.deps``), once per process, never persisted (``runner_core.deps``).
+        A ``Toolset`` in ``tools`` is not contacted here: its tools are listed on first use.
 
         ``output_type``: a type the final answer is validated into (``turn.output``), asked
         for by ``output_mode``, refused answers retried ``output_retries`` times (docs/output.md).
@@ -57,15 +71,29 @@ class Agent:
         self.instructions = instructions
         self.system_messages = (SystemMessage(instructions),) if instructions else ()
         self.version = str(version)
-        self.tools = _by_name(id, tools)
+        self._tools, self._toolsets = _by_name(id, tools)
         self.sub_agents = tuple(sub_agents)
         self.planning = planning
-        self.tool_specs = [t.spec for t in self.tools.values()]
-        if isinstance(planning, AgentPlanningPolicy) and planning.enabled:
-            self.tool_specs += plan_tool_specs()
         #: The final output's type, retries and checks (None: the answer is free text).
         self.output = _output(id, output_type, output_retries, output_mode, model, planning)
-        self.output_schema = _offer_output(self)  # sent with each request (native output)
+        #: Sent with each request (native output), else the final-answer tool is offered.
+        self.output_schema, final_specs = _offer_output(self.output)
+        #: The runner's own tools' specs (plan tools, the final-answer tool), after the rest.
+        self._plan_specs = (
+            plan_tool_specs()
+            if isinstance(planning, AgentPlanningPolicy) and planning.enabled
+            else []
+        ) + final_specs
+        for spec in self._plan_specs:
+            if spec.name in self._tools:
+                raise InvalidArgumentError(
+                    f"agent {id!r}: a tool is named {spec.name!r}, the name of a tool the "
+                    "runner offers itself",
+                    field="tools",
+                )
+        self._specs = [t.spec for t in self._tools.values()] + self._plan_specs
+        self._expansion: tuple[tuple[Sequence[Tool], ...], dict[str, Tool], list[ToolSpec]]
+        self._expansion = ((), self._tools, self._specs)
         self.max_iterations = max_iterations
         self.max_attached_turns = max_attached_turns
         self.max_attached_messages = max_attached_messages
@@ -74,6 +102,35 @@ class Agent:
         _check_response_format(id, self.model_settings, self.output)
         #: Builds the agent's per-process dependencies (None: ``ctx.deps`` is None).
         self.deps = deps
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """Every tool by name: the plain ones, then each toolset's as it lists them now."""
+        return self._expanded()[0] if self._toolsets else self._tools
+
+    @property
+    def tool_specs(self) -> list[ToolSpec]:
+        """The specs the model is offered: every tool's, then the plan tools'."""
+        return self._expanded()[1] if self._toolsets else self._specs
+
+    def _expanded(self) -> tuple[dict[str, Tool], list[ToolSpec]]:
+        listed = tuple(ts.agent_tools() for ts in self._toolsets)
+        seen, tools, specs = self._expansion
+        if len(seen) == len(listed) and all(a is b for a, b in zip(seen, listed, strict=True)):
+            return tools, specs
+        tools = dict(self._tools)
+        for toolset, provided in zip(self._toolsets, listed, strict=True):
+            for t in provided:
+                if t.name in tools or any(t.name == s.name for s in self._plan_specs):
+                    raise InvalidArgumentError(
+                        f"agent {self.id!r}: toolset {toolset.name!r} lists a tool named "
+                        f"{t.name!r}, a name already taken (give the toolset a prefix)",
+                        field="tools",
+                    )
+                tools[t.name] = t
+        specs = [t.spec for t in tools.values()] + self._plan_specs
+        self._expansion = (listed, tools, specs)
+        return tools, specs
 
     def __repr__(self) -> str:
         return f"Agent({self.id!r}, version={self.version!r})"
@@ -137,20 +194,13 @@ def _output(
     return spec
 
 
-def _offer_output(agent: Agent) -> OutputSchema | None:
-    """How the answer is asked for: the native schema, or the final-answer tool added."""
-    output = agent.output
+def _offer_output(output: OutputSpec | None) -> tuple[OutputSchema | None, list[ToolSpec]]:
+    """How the answer is asked for: the native schema, or the final-answer tool's spec."""
     if output is None:
-        return None
+        return None, []
     if output.mode == "native":
-        return output.native_schema()
-    if FINAL_TOOL in agent.tools:
-        raise InvalidArgumentError(
-            f"agent {agent.id!r}: a tool is named {FINAL_TOOL!r}, the final-answer tool",
-            field="tools",
-        )
-    agent.tool_specs.append(output.tool_spec())
-    return None
+        return output.native_schema(), []
+    return None, [output.tool_spec()]
 
 
 def _check_response_format(
@@ -173,14 +223,21 @@ def _check_response_format(
         )
 
 
-def _by_name(agent_id: str, tools: Sequence[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+def _by_name(
+    agent_id: str, tools: Sequence[Tool | Toolset | Callable[..., Any]]
+) -> tuple[dict[str, Tool], tuple[Toolset, ...]]:
+    """The plain tools by name, and the toolsets whose tools are listed when first needed."""
     by_name: dict[str, Tool] = {}
+    toolsets: list[Toolset] = []
     for t in tools:
+        if not isinstance(t, Tool) and isinstance(t, Toolset):
+            toolsets.append(t)
+            continue
         resolved = as_tool(t)
         if resolved.name in by_name:
             raise ValueError(f"agent {agent_id!r}: two tools named {resolved.name!r}")
         by_name[resolved.name] = resolved
-    return by_name
+    return by_name, tuple(toolsets)
 
 
 class AgentLoader(Protocol):

@@ -231,3 +231,25 @@ class PayloadTooLargeError(AgentWorkerError, ValueError):
         self.size = size
         self.limit = limit
         self.field = field
+
+
+class ToolSchemaChangedError(AgentWorkerError):
+    """Raised when a tool's server now lists another schema than the turn recorded for it.
+
+    The turn planned the call against the schema fingerprinted as ``recorded``; running it
+    against ``current`` could do something else, so the call is refused and the turn fails.
+    ``server`` names the tool's server.
+    """
+
+    def __init__(self, turn_id: str, tool: str, server: str, recorded: str, current: str) -> None:
+        super().__init__(
+            f"turn {shorten(turn_id)}: tool {shorten(tool)} of server {shorten(server)} "
+            f"changed its schema since the turn planned the call "
+            f"(fingerprint {recorded}, now {current})"
+        )
+        self.turn_id = turn_id
+        self.tool = tool
+        self.server = server
+        self.recorded = recorded
+        self.current = current
+        self.retryable = False

@@ -152,6 +152,8 @@ class AgentTurnSnapshot(BaseModel):
     rejected_calls: dict[str, str] = Field(default_factory=dict)
     submitted_inputs: dict[str, Any] = Field(default_factory=dict)
     resume_log: list[dict[str, Any]] = Field(default_factory=list)
+    #: Schema fingerprints of the server tools the turn planned calls to, by tool name.
+    tool_fingerprints: dict[str, str] = Field(default_factory=dict)
     #: How many new messages the conversation memory has already received.
     projected_count: int = 0
     #: The task plan of a planning agent.
@@ -202,6 +204,7 @@ class AgentTurnSnapshot(BaseModel):
                 "suspension": copy_suspension(self.suspension),
                 "task_plan": self.task_plan.model_copy(deep=True) if self.task_plan else None,
                 "child_results": dict(self.child_results),
+                "tool_fingerprints": dict(self.tool_fingerprints),
                 **fields,
             }
         )

@@ -17,6 +17,7 @@ from typing import assert_never
 from runner_core._engine import budget, output
 from runner_core._engine.calls import call_model, checked_message, is_retryable, model_call_facts
 from runner_core._engine.children import TaskStart, settle_children, start_tasks
+from runner_core._engine.fingerprints import record_fingerprints
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.output import Accepted, Refused
 from runner_core._engine.toolbatch import (
@@ -41,6 +42,7 @@ from runner_core.snapshot import AgentTurnSnapshot, ErrorInfo, Suspension, Suspe
 from runner_core.status import AgentTurnPhase as Phase
 from runner_core.status import AgentTurnStatus as Status
 from runner_core.status import move
+from runner_core.tools import ToolCallAbortedError
 from runner_core.turn import AgentStepResult, AgentTurn
 
 
@@ -175,12 +177,15 @@ class _Step:
             self.k.guard(turn)
         st.iteration_count += 1
         self.guarded = False
-        request = ModelRequest(
-            [*agent.system_messages, *st.messages],
-            agent.tool_specs,
-            dict(agent.model_settings),
-            agent.output_schema,
-        )
+        try:
+            request = ModelRequest(
+                [*agent.system_messages, *st.messages],
+                agent.tool_specs,  # a toolset lists its tools when due: it may be down
+                dict(agent.model_settings),
+                agent.output_schema,
+            )
+        except ToolCallAbortedError as exc:
+            return self._failure(exc, Phase.MODEL)
         self.k.emit(turn, E.MODEL_STARTED, iteration=st.iteration_count)
         started_at, clock = time.time(), time.monotonic()
         try:
@@ -195,6 +200,7 @@ class _Step:
         st.messages.append(message)
         st.pending_tool_calls = list(message.tool_calls)
         verdict = output.judge(agent.output, message) if agent.output is not None else None
+        record_fingerprints(turn, message.tool_calls)
         self.k.emit(
             turn,
             E.MODEL_COMPLETED,

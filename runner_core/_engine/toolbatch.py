@@ -24,10 +24,15 @@ from typing import Any
 from runner_core._engine import budget
 from runner_core._engine.calls import call_timing, invoke_tool
 from runner_core._engine.children import is_plan_call, planning_policy, store_plan
+from runner_core._engine.fingerprints import schema_changed
 from runner_core._engine.kernel import EventSpec, TurnKernel
 from runner_core._engine.toolthreads import TOOL_THREADS
 from runner_core.context import UserInputRequested
-from runner_core.errors import ConcurrentModificationError, LeaseLostError
+from runner_core.errors import (
+    ConcurrentModificationError,
+    LeaseLostError,
+    ToolSchemaChangedError,
+)
 from runner_core.events import AgentEventType as E
 from runner_core.messages import ToolCall, ToolMessage
 from runner_core.middleware import chain_tool
@@ -46,6 +51,8 @@ from runner_core.tools import (
 from runner_core.turn import AgentStepResult, AgentTurn
 
 _INFRA_ERRORS = (LeaseLostError, ConcurrentModificationError)
+#: Errors that end a call for the runner (retry or fail), never for the model.
+_ABORTS = (ToolCallAbortedError, ToolSchemaChangedError)
 
 #: Calls of one step that run at once at most (``max_tool_concurrency=0`` included).
 MAX_AT_ONCE = 32
@@ -139,7 +146,13 @@ class _Await:
     call: ToolCall
 
 
-_Item = _Plan | _Refuse | _Run | _Await
+@dataclass(frozen=True, slots=True)
+class _Abort:
+    call: ToolCall
+    error: Exception
+
+
+_Item = _Plan | _Refuse | _Run | _Await | _Abort
 
 
 def plan_calls(turn: AgentTurn) -> list[_Item]:
@@ -151,7 +164,12 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
     st = turn.state
     if is_plan_call(turn, call):
         return _Plan(call)
-    tool = turn.agent.tools.get(call.name)
+    try:
+        tool = turn.agent.tools.get(call.name)  # a toolset lists its tools when due
+    except ToolCallAbortedError as exc:
+        return _Abort(call, exc)
+    if changed := schema_changed(turn, tool, call):
+        return _Abort(call, changed)
     if tool is None:
         known = ", ".join(sorted(turn.agent.tools)) or "none"
         return _Refuse(call, "unknown_tool", f"unknown tool {call.name!r} (available: {known})")
@@ -231,6 +249,8 @@ class ToolBatch:
                 self._refuse(call, kind, message)
             case _Await(call=call):
                 self.awaiting.append(call)
+            case _Abort(call=call, error=error):
+                self._failed(call, error)
             case _Plan(call=call):
                 self._drain()
                 if self.end is None:
@@ -379,7 +399,7 @@ class ToolBatch:
             **self._timing(call),
         )
         to_model = self.policy.tool_error_strategy.value == "RETURN_ERROR_TO_MODEL"
-        if to_model and not isinstance(exc, ToolCallAbortedError):
+        if to_model and not isinstance(exc, _ABORTS):
             content = error_content("tool_error", str(exc), exception=type(exc).__name__)
             message = ToolMessage(call_id=call.id, name=call.name, content=content, is_error=True)
             self._answer(call, message)

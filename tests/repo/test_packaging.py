@@ -41,7 +41,7 @@ def test_the_extras_compose() -> None:
     assert {"redis", "fleet", "http", "openai", "anthropic", "all", "dev"} <= set(extras)
     assert any(r.startswith("celery[redis]") for r in extras["fleet"])
     assert "agentworker[redis]" in extras["fleet"] and "agentworker[fleet]" in extras["http"]
-    assert extras["all"] == ["agentworker[redis,fleet,http,openai,anthropic,otel,metrics]"]
+    assert extras["all"] == ["agentworker[redis,fleet,http,openai,anthropic,otel,metrics,mcp]"]
     # httpx is used by tests only
     assert not any(r.startswith("httpx") for r in runtime_requirements())
 
