@@ -71,29 +71,11 @@ class Agent:
         self.instructions = instructions
         self.system_messages = (SystemMessage(instructions),) if instructions else ()
         self.version = str(version)
-        self._tools, self._toolsets = _by_name(id, tools)
         self.sub_agents = tuple(sub_agents)
         self.planning = planning
         #: The final output's type, retries and checks (None: the answer is free text).
         self.output = _output(id, output_type, output_retries, output_mode, model, planning)
-        #: Sent with each request (native output), else the final-answer tool is offered.
-        self.output_schema, final_specs = _offer_output(self.output)
-        #: The runner's own tools' specs (plan tools, the final-answer tool), after the rest.
-        self._plan_specs = (
-            plan_tool_specs()
-            if isinstance(planning, AgentPlanningPolicy) and planning.enabled
-            else []
-        ) + final_specs
-        for spec in self._plan_specs:
-            if spec.name in self._tools:
-                raise InvalidArgumentError(
-                    f"agent {id!r}: a tool is named {spec.name!r}, the name of a tool the "
-                    "runner offers itself",
-                    field="tools",
-                )
-        self._specs = [t.spec for t in self._tools.values()] + self._plan_specs
-        self._expansion: tuple[tuple[Sequence[Tool], ...], dict[str, Tool], list[ToolSpec]]
-        self._expansion = ((), self._tools, self._specs)
+        self._offer(tools, planning)
         self.max_iterations = max_iterations
         self.max_attached_turns = max_attached_turns
         self.max_attached_messages = max_attached_messages
@@ -102,6 +84,19 @@ class Agent:
         _check_response_format(id, self.model_settings, self.output)
         #: Builds the agent's per-process dependencies (None: ``ctx.deps`` is None).
         self.deps = deps
+
+    def _offer(
+        self, tools: Sequence[Tool | Toolset | Callable[..., Any]], planning: object
+    ) -> None:
+        """The tools and specs the model is offered; a toolset's are listed when first used."""
+        self._tools, self._toolsets = _by_name(self.id, tools)
+        #: Sent with each request (native output), else the final-answer tool is offered.
+        self.output_schema, final_specs = _offer_output(self.output)
+        #: The runner's own tools' specs (plan tools, the final-answer tool), after the rest.
+        self._plan_specs = _runner_specs(self.id, planning, final_specs, self._tools)
+        self._specs = [t.spec for t in self._tools.values()] + self._plan_specs
+        self._expansion: tuple[tuple[Sequence[Tool], ...], dict[str, Tool], list[ToolSpec]]
+        self._expansion = ((), self._tools, self._specs)
 
     @property
     def tools(self) -> dict[str, Tool]:
@@ -151,6 +146,26 @@ def _check(id: str, model: object, max_iterations: int, deps: object) -> None:
         raise InvalidArgumentError(
             f"agent {id!r}: deps must be a zero-argument callable, not {deps!r}", field="deps"
         )
+
+
+def _runner_specs(
+    agent_id: str,
+    planning: object,
+    final_specs: list[ToolSpec],
+    tools: dict[str, Tool],
+) -> list[ToolSpec]:
+    """The specs of the tools the runner offers itself; no tool of the agent may take one."""
+    specs = (
+        plan_tool_specs() if isinstance(planning, AgentPlanningPolicy) and planning.enabled else []
+    ) + final_specs
+    for spec in specs:
+        if spec.name in tools:
+            raise InvalidArgumentError(
+                f"agent {agent_id!r}: a tool is named {spec.name!r}, the name of a tool the "
+                "runner offers itself",
+                field="tools",
+            )
+    return specs
 
 
 def _output(

@@ -209,6 +209,11 @@ class _Step:
             **output.event_data(agent.output, message, verdict),
             **model_call_facts(response.usage, started_at, clock, agent.model, request),
         )
+        return self._decide(message, verdict)
+
+    def _decide(self, message: AiMessage, verdict: output.Verdict | None) -> Outcome:
+        """After an answer: cancelled, over budget, completed, typed, or on to the tools."""
+        st, turn = self.st, self.turn
         # The cancel flag is re-read after the model call: by a peek before a final answer,
         # by the save that records the tool calls otherwise (one round trip, not two).
         final = isinstance(verdict, Accepted) if verdict is not None else not message.tool_calls
