@@ -10,13 +10,9 @@ own retries are off: the runner's RETRY_SCHEDULED is the one retry layer, fed by
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
-import math
 import os
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from datetime import UTC
 from typing import Any
 
 import anthropic
@@ -36,6 +32,7 @@ from runner_core.models.base import (
     ModelStreamEvent,
     StreamDone,
 )
+from runner_core.models.http_errors import cause, parse_retry_after
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 PLACEHOLDER_API_KEY = "not-needed"
@@ -243,9 +240,9 @@ def _make_client(
 def to_model_error(err: anthropic.AnthropicError) -> ModelError:
     """Classify an SDK error: transient ones are retryable, the rest are not."""
     if isinstance(err, anthropic.APITimeoutError):
-        return ModelError(f"{PROVIDER}: the request timed out: {_cause(err)}", retryable=True)
+        return ModelError(f"{PROVIDER}: the request timed out: {cause(err)}", retryable=True)
     if isinstance(err, anthropic.APIConnectionError):
-        return ModelError(f"{PROVIDER}: cannot reach the server: {_cause(err)}", retryable=True)
+        return ModelError(f"{PROVIDER}: cannot reach the server: {cause(err)}", retryable=True)
     if isinstance(err, anthropic.APIStatusError):
         return _status_error(err)
     if isinstance(err, anthropic.APIResponseValidationError):
@@ -284,39 +281,3 @@ def _error_body(err: anthropic.APIStatusError) -> tuple[str | None, str]:
     if isinstance(body, str) and body.strip():
         return None, body.strip()[:500]
     return None, err.message
-
-
-def _cause(err: BaseException) -> str:
-    cause = err.__cause__
-    return f"{err} ({type(cause).__name__}: {cause})" if cause else str(err)
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        seconds = _float(raw)
-        if seconds is None and scale == 1.0:
-            seconds = _seconds_until(raw)
-        if seconds is not None and math.isfinite(seconds):
-            return max(0.0, seconds * scale)
-    return None
-
-
-def _float(raw: str) -> float | None:
-    try:
-        return float(raw.strip())
-    except ValueError:
-        return None
-
-
-def _seconds_until(http_date: str) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(http_date)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp() - time.time()

@@ -43,7 +43,8 @@ from runner_core.models.base import (
     Usage,
 )
 from runner_core.models.function import StreamAssembler
-from runner_core.models.openai_errors import malformed_answer, parse_retry_after, to_model_error
+from runner_core.models.http_errors import parse_retry_after
+from runner_core.models.openai_errors import malformed_answer, to_model_error
 
 DEFAULT_MODEL = "gpt-4o-mini"
 PLACEHOLDER_API_KEY = "not-needed"
