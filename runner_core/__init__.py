@@ -1,7 +1,7 @@
 """runner_core: the durable agent-turn state machine and its embedded defaults."""
 
 from runner_core._engine.wakeups import DescribingDispatcher
-from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader
+from runner_core.agent import Agent, AgentLoader, InMemoryAgentLoader, Toolset
 from runner_core.context import AgentToolContext
 from runner_core.conversation import ChatMemory, InMemoryChatMemory, attach_window
 from runner_core.deps import DependencyError
@@ -23,6 +23,7 @@ from runner_core.errors import (
     RestoredError,
     SnapshotCorruptedError,
     StoreUnavailableError,
+    ToolSchemaChangedError,
     TurnLeasedError,
     TurnNotFoundError,
 )
@@ -201,6 +202,8 @@ __all__ = [
     "ToolTimeoutError",
     "ToolErrorStrategy",
     "ToolMessage",
+    "ToolSchemaChangedError",
+    "Toolset",
     "ToolSpec",
     "TurnControl",
     "TurnNotFoundError",
