@@ -37,7 +37,10 @@ def entries(s: AgentTurnSnapshot, instructions: str = "") -> list[Entry]:
                 kind: Kind = "error" if message.is_error else "result"
                 title = f"{message.name} {'failed' if message.is_error else 'returned'}"
                 out.append(Entry(kind, title, message.content, message.call_id))
-    if s.status is AgentTurnStatus.COMPLETED:
+    if s.status is AgentTurnStatus.COMPLETED and s.output is not None:
+        typed = json.dumps(s.output, indent=2, ensure_ascii=False)
+        out.append(Entry("final", "typed output", typed))
+    elif s.status is AgentTurnStatus.COMPLETED:
         out.append(Entry("final", "final answer", s.final_output or ""))
     elif s.error is not None:
         out.append(Entry("error", f"{s.status.value}: {s.error.type}", s.error.message))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from agentworker.http.console import work
 from agentworker.http.console.waterfall import rows_of, totals
@@ -13,6 +14,7 @@ from agentworker.ops.costs import NO_PRICES, Price, prices_of
 from agentworker.ops.transcript import entries
 from agentworker.settings import Settings
 from runner_core import (
+    Agent,
     AgentEventType,
     AgentExecutionPolicy,
     AgentResumeCommand,
@@ -25,6 +27,8 @@ from runner_core import (
     Usage,
     tool,
 )
+from runner_core.output import FINAL_TOOL
+from runner_core.testing import ScriptedModel, asks, tool_call
 from tests.support.scripts import EventLog, Script, agent, ask, call
 
 E = AgentEventType
@@ -120,3 +124,22 @@ def test_the_transcript_folds_long_contents_and_cuts_a_very_long_turn() -> None:
     cut = work.transcript(many)
     assert cut.count('class="entry ') == work.KEEP_FIRST + work.KEEP_LAST
     assert "messages not shown here" in cut
+
+
+def test_a_typed_answer_is_shown_as_its_value() -> None:
+    class Quote(BaseModel):
+        product: str
+        amount: float
+
+    runner, _ = _runner()
+    typed = Agent(
+        "quoter",
+        ScriptedModel(asks(tool_call(FINAL_TOOL, "f1", product="lamp", amount=9.5))),
+        output_type=Quote,
+    )
+    turn = runner.run(typed, "a quote for a lamp")
+
+    final = [e for e in entries(turn.state) if e.kind == "final"]
+
+    assert [e.title for e in final] == ["typed output"]
+    assert json.loads(final[0].body) == {"product": "lamp", "amount": 9.5}
