@@ -139,6 +139,8 @@ class Writer:
             "1" if ends and any(e.type in TERMINAL_EVENTS for e in c.events) else "0",
             report,
             repr(float(self.tuning.requeue_after)) if c.wake else "",
+            "" if c.renew_seconds is None else repr(float(c.renew_seconds)),
+            "1" if c.unless_cancelled else "0",
             *(event_json(e) for e in c.events),
             *turn_block(s, c.expected_version, stored),
         ]
