@@ -31,7 +31,7 @@ from runner_core._engine.toolbatch import (
     ToolsDone,
 )
 from runner_core.context import UserInputRequested
-from runner_core.errors import ConcurrentModificationError, LeaseLostError
+from runner_core.errors import CancelRequestedError, ConcurrentModificationError, LeaseLostError
 from runner_core.events import AgentEventType as E
 from runner_core.messages import ToolCall
 from runner_core.middleware import chain_model, chain_step
@@ -113,6 +113,25 @@ class _Step:
 
     # -- entry --------------------------------------------------------------------------
     def run(self) -> AgentStepResult:
+        turn = self.turn
+        turn.stepping = True
+        try:
+            return self._run()
+        except CancelRequestedError:
+            # a commit met a cancel request this step had not seen, and wrote nothing: the
+            # turn ends cancelled from what is stored, the step's unrecorded work dropped
+            self._adopt_stored()
+            return self._end(Finish(Status.CANCELLED, self.k.cancellation_reason(turn)))
+        finally:
+            turn.stepping = turn.answer_unsaved = False
+
+    def _adopt_stored(self) -> None:
+        turn = self.turn
+        turn.state = self.st = self.k.store.load(turn.id)
+        turn.answer_unsaved = False
+        self.result = AgentStepResult()
+
+    def _run(self) -> AgentStepResult:
         st, k = self.st, self.k
         if st.status.is_terminal:
             return self.result
@@ -190,6 +209,7 @@ class _Step:
         self.result.response = response
         st.usage = st.usage + response.usage
         st.messages.append(message)
+        turn.answer_unsaved = True
         st.pending_tool_calls = list(message.tool_calls)
         self.k.emit(
             turn,
@@ -198,11 +218,10 @@ class _Step:
             output_tokens=response.usage.output_tokens,
             tool_calls=[c.name for c in message.tool_calls],
         )
-        # The cancel flag is re-read after the model call: by a peek before a final answer,
-        # by the save that records the tool calls otherwise (one round trip, not two).
+        # A cancel request that came during the model call (or since the last commit, whose
+        # reply the step trusted) is found by the commit recording the answer, which is then
+        # refused: the turn ends cancelled and the answer is never recorded.
         final = not message.tool_calls
-        if final and self.k.control(turn).cancel_requested:
-            return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         if reason := budget.after_model(st, self.policy.budget, self.k.store.now):
             return Finish(Status.BUDGET_EXCEEDED, reason)
         if final:
