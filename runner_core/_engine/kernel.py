@@ -272,7 +272,7 @@ class TurnKernel:
         st.updated_at = time.time()
         release = last and held is not None and held.release_on_last_save
         # only a step's last save renews: the step is over, so no backstop is passed
-        renew = held.seconds if release and held is not None and held.keep_while_runnable else None
+        renew = held.seconds if release and held is not None and held.keeps() else None
         return Commit(
             snapshot=st,
             expected_version=st.version,

@@ -99,9 +99,10 @@ class HeldLease:
         #: Set by ``runner.step(turn, release=True)``: the step's last save releases.
         self.release_on_last_save = False
         self.released = False
-        #: Set by a chain of steps: a last save keeps the lease (renewed) while the turn can
-        #: run at once, instead of giving it back (``Commit.renew_seconds``).
-        self.keep_while_runnable = False
+        #: Set by a chain of steps (``time.monotonic()``): until then a step's last save
+        #: keeps the lease (renewed) while the turn can run at once, instead of giving it
+        #: back (``Commit.renew_seconds``).
+        self.keep_until = 0.0
         #: ``time.monotonic()`` just before the last commit was sent (a renewal dates from it).
         self.sent_at = since
         #: Until then the claim's own reading of the turn (cancel flag included) counts as
@@ -137,6 +138,10 @@ class HeldLease:
         self.fresh_until = now + FRESH_SECONDS
         if renewed and result.lease_until is not None:
             self._deadline = max(self._deadline, self.sent_at + self.seconds * _SAFETY)
+
+    def keeps(self) -> bool:
+        """Whether a last save now should keep the lease for the next step of a chain."""
+        return time.monotonic() < self.keep_until
 
     def take_fresh(self) -> bool:
         """True once, if the claim was made moments ago."""
