@@ -119,9 +119,7 @@ def test_an_answer_over_an_unseen_cancel_is_refused_and_nothing_written(
     stale.status = S.RUNNING
 
     with pytest.raises(CancelRequestedError):
-        store.commit(
-            Commit(stale, version, uuid.uuid4().hex, lease, False, unless_cancelled=True)
-        )
+        store.commit(Commit(stale, version, uuid.uuid4().hex, lease, False, unless_cancelled=True))
 
     assert store.peek(turn_id).version == version
     # a writer that has seen the cancel (its snapshot carries the flag) writes as before
