@@ -34,6 +34,8 @@ def _same(value: Any, empty: Any) -> bool:
     return type(value) is type(empty) and value == empty
 
 
+_EMPTY: tuple[Any, ...] = (None, 0, False, "", [], {})
+
 #: Snapshot fields a body leaves out while they hold their default, when that default is
 #: None, zero, false or empty (a load fills it in again). ``schema_version`` is always
 #: written: claim.lua looks for it, and a load checks it.
@@ -43,8 +45,7 @@ _OMISSIBLE: tuple[tuple[str, Any], ...] = tuple(
     if name not in STORE_OWNED
     and name != "schema_version"
     and any(
-        _same(default := info.get_default(call_default_factory=True), e)
-        for e in (None, 0, False, "", [], {})
+        _same(default := info.get_default(call_default_factory=True), empty) for empty in _EMPTY
     )
 )
 
