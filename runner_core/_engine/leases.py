@@ -128,8 +128,9 @@ class HeldLease:
     def saved(self, result: SaveResult, renewed: bool) -> None:
         """A commit under this lease landed: its reply is the step-entry check for a moment.
 
-        A renewal asked of the commit (granted: ``check`` passed before it was sent, so the
-        lease was live) runs from the moment the commit was sent.
+        After a renewal asked of the commit, the lease is counted from the expiry the reply
+        names, on the store's clock, and never past the commit's send plus a full lease:
+        a lease the store did not renew (it had expired) gains nothing here.
         """
         if result.lease_released:
             self.released_by_save()
@@ -137,7 +138,11 @@ class HeldLease:
         now = time.monotonic()
         self.fresh_until = now + FRESH_SECONDS
         if renewed and result.lease_until is not None:
-            self._deadline = max(self._deadline, self.sent_at + self.seconds * _SAFETY)
+            left = result.lease_until - self.store.now()
+            if left > 0:
+                ends = min(now + left, self.sent_at + self.seconds)
+                # the same margin a claimed lease keeps: act only until its last fifth
+                self._deadline = max(self._deadline, ends - self.seconds * (1 - _SAFETY))
 
     def keeps(self) -> bool:
         """Whether a last save now should keep the lease for the next step of a chain."""
