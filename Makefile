@@ -7,7 +7,7 @@ KEEP   ?=
 # pytest-xdist workers of `make test` (auto: one per core; 0: no xdist, one process).
 WORKERS ?= auto
 
-.PHONY: demo demo-fleet test test-fast test-min wheel-check lint typecheck bench chaos check clean help \
+.PHONY: demo demo-fleet test test-fast test-min wheel-check lint typecheck bench bench-smoke chaos check clean help \
         redis-check python-check flower
 
 help:  ## List the targets
@@ -89,6 +89,9 @@ bench: $(STAMP) redis-check  ## Benchmarks (not tests): in-memory, Redis and fle
 	@$(PY) -m benchmarks.sweep_bench
 	@$(PY) -m benchmarks.cluster_bench
 	@$(PY) -m benchmarks.fleet_bench
+
+bench-smoke: $(STAMP) redis-check  ## ~20 s of the two step benches: fails on a ratio twice its target
+	@$(PY) -m benchmarks.smoke
 
 chaos: $(STAMP) redis-check  ## Slow crash and soak tests (SIGKILL storms on a real fleet)
 	@$(PY) -m pytest -m chaos tests/chaos

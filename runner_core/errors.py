@@ -72,6 +72,18 @@ class ConcurrentModificationError(AgentWorkerError):
         self.actual = actual
 
 
+class CancelRequestedError(AgentWorkerError):
+    """Raised when a step's commit meets a cancel request its writer has not seen.
+
+    Nothing was written: the work the step did since its last commit is dropped, and the
+    step ends the turn as cancelled from the stored state instead.
+    """
+
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(f"turn {shorten(turn_id)}: cancellation was requested meanwhile")
+        self.turn_id = turn_id
+
+
 class LeaseLostError(AgentWorkerError):
     """Raised when a runner acts on a turn whose lease it does not (or no longer) hold."""
 

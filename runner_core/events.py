@@ -192,6 +192,34 @@ def event_json(event: AgentEvent) -> bytes:
     return to_json(_document(event, data), fallback=json_default)
 
 
+def stored_event_json(event: AgentEvent) -> bytes:
+    """An event as a stream entry holds it: what it adds, not what every entry repeats.
+
+    Left out (the Redis store's readers put them back): the root id when the event is the root's
+    own, a parent id of None, the sequence of a committed event (the entry's ``seq``),
+    ``provisional`` when false and an ``attempt`` of None. A reader sees every field.
+    """
+    doc: dict[str, Any] = {
+        "event_id": event.event_id,
+        "type": event.type.value,
+        "turn_id": event.turn_id,
+    }
+    if event.root_turn_id != event.turn_id:
+        doc["root_turn_id"] = event.root_turn_id
+    if event.parent_turn_id is not None:
+        doc["parent_turn_id"] = event.parent_turn_id
+    doc["agent_id"] = event.agent_id
+    doc["agent_version"] = event.agent_version
+    if event.provisional:
+        doc["sequence"] = event.sequence
+        doc["provisional"] = True
+    if event.attempt is not None:
+        doc["attempt"] = event.attempt
+    doc["occurred_at"] = event.occurred_at
+    doc["data"] = event.data if isinstance(event.data, dict) else thaw(event.data)
+    return to_json(doc, fallback=json_default)
+
+
 def _document(event: AgentEvent, data: Any) -> dict[str, Any]:
     return {
         "event_id": event.event_id,

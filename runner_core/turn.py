@@ -42,6 +42,14 @@ class AgentTurn:
         self.trace: str | None = None
         #: ``time.monotonic()`` by which the running step must be done (None: no limit).
         self.step_deadline: float | None = None
+        #: ``time.monotonic()`` until which the last commit's reply (cancel flag, version,
+        #: lease) stands in for the read a step makes before its first side effect.
+        self.checked_until = 0.0
+        #: Set while a step runs (its commits are the readings the next step may trust).
+        self.stepping = False
+        #: A model's answer waits for its commit, which is refused over a cancel request
+        #: the turn has not seen: that answer is never recorded.
+        self.answer_unsaved = False
         self._call_ids: tuple[AgentTurnSnapshot, set[str]] | None = None
 
     def used_call_ids(self) -> set[str]:

@@ -28,45 +28,41 @@ def step_once(runner: AgentRunner, turn_id: str, worker_id: str, chain_seconds: 
     """Claim the turn, take one step under its lease, release, then wake what is runnable.
 
     With ``chain_seconds`` > 0 the task goes on with the same turn while it can run at once
-    and less than ``chain_seconds`` have passed since its first claim: each further step is
-    claimed, leased and committed on its own, exactly as if a new message had carried it,
-    but without the publish and the delivery in between. The task's own message stays
-    unacknowledged meanwhile, so a worker killed mid-chain leaves it to be redelivered.
+    and less than ``chain_seconds`` have passed since its claim: each step's last commit
+    keeps (and renews) the lease when the turn can run at once, so the next step follows
+    under it with no claim and no publish or delivery in between; each step is still
+    fenced and committed on its own. The task's own message stays unacknowledged
+    meanwhile, so a worker killed mid-chain leaves it to be redelivered.
 
     Returns what the last step did, for logs and Flower: ``not-found``, ``not-runnable``,
     ``quarantined``, ``fenced`` or the turn's status after the step.
     """
     started = time.perf_counter()
-    previous: AgentTurn | None = None  # the chain's last step
-    while True:
-        step_started = time.perf_counter()
-        try:
-            outcome, turn = _claim_and_step(runner, turn_id, worker_id)
-        except Exception:
-            if previous is not None:  # its commit marked a wake-up queued: send it
-                _wake_next(runner, previous)
-            raise
-        metrics.step_done(outcome, turn, time.perf_counter() - step_started)
-        metrics.tool_threads_abandoned(abandoned_tool_threads())
-        if outcome == "not-runnable" and previous is None:
+    outcome, turn = _claim(runner, turn_id, worker_id)
+    if turn is None:
+        metrics.step_done(outcome, None, time.perf_counter() - started)
+        if outcome == "not-runnable":
             # a duplicate, or the message of a process that died after its last commit:
             # what that process's listeners would have recorded is recorded now
             webhooks.catch_up(runner, turn_id)
-        if turn is None or outcome == "fenced":
-            return outcome
-        if not (_runs_now(turn) and time.perf_counter() - started < chain_seconds):
-            _wake_next(runner, turn)
-            return outcome
-        previous = turn
+        return outcome
+    outcome, kept = _step_chain(runner, turn, started, chain_seconds)
+    if outcome in ("fenced", "quarantined"):
+        return outcome
+    if kept:
+        # the last commit kept the lease, so it marked no wake-up queued: send one unmarked
+        if _runs_now(turn) or turn.state.cancel_requested:
+            runner.dispatch(turn.id, agent_id=turn.state.agent_id)
+        return outcome
+    _wake_next(runner, turn)
+    return outcome
 
 
 def _runs_now(turn: AgentTurn) -> bool:
     return turn.state.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
 
 
-def _claim_and_step(
-    runner: AgentRunner, turn_id: str, worker_id: str
-) -> tuple[str, AgentTurn | None]:
+def _claim(runner: AgentRunner, turn_id: str, worker_id: str) -> tuple[str, AgentTurn | None]:
     try:
         turn = runner.claim(turn_id, worker_id)
     except TurnNotFoundError:
@@ -76,24 +72,54 @@ def _claim_and_step(
         return "quarantined", None  # moved aside (and logged) by the store: never sent again
     if turn is None:
         return "not-runnable", None
+    return "claimed", turn
+
+
+def _step_chain(
+    runner: AgentRunner, turn: AgentTurn, started: float, chain_seconds: float
+) -> tuple[str, bool]:
+    """Steps under the claimed lease while its commits keep it; (outcome, lease kept).
+
+    The second value: the last commit kept the lease (``holding`` gave it back since), or
+    a step raised after an earlier one kept it; either way no wake-up was marked queued.
+    """
     held = turn.held_lease
+    assert held is not None
+    kept = False
+    step_started = started
     try:
         # everything after the claim runs inside ``holding``: a failure anywhere (even
         # reading the clock) gives the lease back instead of leaving it to the heartbeat
         with runner.holding(turn), logs.turn_context(turn):
             metrics.claimed(turn, runner.store.now())
-            runner.step(turn, release=True)
+            held.keep_until = time.monotonic() + chain_seconds - (time.perf_counter() - started)
+            while True:
+                version = turn.state.version
+                runner.step(turn, release=True)
+                metrics.step_done(turn.status.value, turn, time.perf_counter() - step_started)
+                metrics.tool_threads_abandoned(abandoned_tool_threads())
+                kept = not held.released
+                if not kept or turn.state.version == version:
+                    break  # given back, or nothing was committed (``holding`` gives it back)
+                step_started = time.perf_counter()
     except SnapshotCorruptedError:
-        return "quarantined", None  # a commit found the stored record spoiled: moved aside
+        # a commit found the stored record spoiled: moved aside
+        metrics.step_done("quarantined", None, time.perf_counter() - step_started)
+        return "quarantined", False
     except (LeaseLostError, ConcurrentModificationError) as exc:
-        if held is not None and held.overran:
-            log.warning("turn %s: fenced, its step ran past the time limit (%s)", turn_id, exc)
+        metrics.step_done("fenced", turn, time.perf_counter() - step_started)
+        if held.overran:
+            log.warning("turn %s: fenced, its step ran past the time limit (%s)", turn.id, exc)
             metrics.fenced("lease_cut")
         else:
-            log.warning("turn %s: fenced, another worker owns it now (%s)", turn_id, exc)
+            log.warning("turn %s: fenced, another worker owns it now (%s)", turn.id, exc)
             metrics.fenced("lease_lost" if isinstance(exc, LeaseLostError) else "version")
-        return "fenced", turn
-    return turn.status.value, turn
+        return "fenced", False
+    except Exception:
+        if kept:  # an earlier step kept the lease: nothing marked the turn's wake-up queued
+            runner.dispatch(turn.id, agent_id=turn.state.agent_id)
+        raise
+    return turn.status.value, kept
 
 
 def _wake_next(runner: AgentRunner, turn: AgentTurn) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from runner_core._engine import tracing
+from runner_core._engine.leases import FRESH_SECONDS
 from runner_core.agent import AgentLoader
 from runner_core.errors import (
     ConcurrentModificationError,
@@ -177,12 +178,21 @@ class TurnKernel:
         return control
 
     def guard(self, turn: AgentTurn) -> None:
-        """Before a side effect: hold the lease (worker mode) or see nobody else does."""
+        """Before a side effect: hold the lease (worker mode) or see nobody else does.
+
+        Right after a commit (or a claim) its reply stands in for the store's answer: the
+        next commit checks version, lease and the cancel flag again, and refuses a step's
+        work over a cancel request it has not seen, so a step following a commit asks the
+        store nothing before it works.
+        """
         held = turn.held_lease
         if held is not None:
             held.check()
             if not held.take_fresh():
                 self.control(turn)  # the cancel flag is re-read before side effects here too
+            return
+        if time.monotonic() < turn.checked_until:
+            turn.checked_until = 0.0
             return
 
         st = turn.state
@@ -218,6 +228,7 @@ class TurnKernel:
             result = self._write(turn, commit)
         finally:
             turn.pending_events, turn.pending_after_save = [], []
+        turn.answer_unsaved = False
         self._settle(turn, commit, result)
         if self.bus.active:
             self._announce(commit, result)
@@ -257,8 +268,11 @@ class TurnKernel:
         st = turn.state
         if held is not None:
             held.check()
+            held.sent_at = time.monotonic()
         st.updated_at = time.time()
         release = last and held is not None and held.release_on_last_save
+        # only a step's last save renews: the step is over, so no backstop is passed
+        renew = held.seconds if release and held is not None and held.keeps() else None
         return Commit(
             snapshot=st,
             expected_version=st.version,
@@ -268,6 +282,8 @@ class TurnKernel:
             children=tuple(children),
             events=self._events(turn, st.version + 1),
             wake=(held is None or release) and self.wakes(),
+            renew_seconds=renew,
+            unless_cancelled=turn.answer_unsaved and not st.cancel_requested,
         )
 
     def _settle(self, turn: AgentTurn, commit: Commit, result: SaveResult) -> None:
@@ -276,8 +292,10 @@ class TurnKernel:
         st.version = result.version
         if commit.events:
             st.event_sequence = result.first_sequence + len(commit.events) - 1
-        if result.lease_released and held is not None:
-            held.released_by_save()
+        if held is not None:
+            held.saved(result, commit.renew_seconds is not None)
+        elif turn.stepping:  # a step's commit: the next step may follow on its reply
+            turn.checked_until = time.monotonic() + FRESH_SECONDS
         if result.cancel_requested:
             st.cancel_requested = True
         if turn.trace is tracing.ON:

@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 from runner_core.errors import LeaseLostError, TurnNotFoundError
 from runner_core.snapshot import LeaseInfo
-from runner_core.store import AgentTurnStore
+from runner_core.store import AgentTurnStore, SaveResult
 
 log = logging.getLogger("runner_core.worker")
 
 FRESH_SECONDS = 0.1
-"""How long a claim's reading of the turn stands in for the step-entry check."""
+"""How long a claim's or a commit's reading of the turn stands in for the step-entry check."""
 
 _SAFETY = 0.8
 """Act only within this fraction of the lease, so clock drift never lets two workers act."""
@@ -99,6 +99,12 @@ class HeldLease:
         #: Set by ``runner.step(turn, release=True)``: the step's last save releases.
         self.release_on_last_save = False
         self.released = False
+        #: Set by a chain of steps (``time.monotonic()``): until then a step's last save
+        #: keeps the lease (renewed) while the turn can run at once, instead of giving it
+        #: back (``Commit.renew_seconds``).
+        self.keep_until = 0.0
+        #: ``time.monotonic()`` just before the last commit was sent (a renewal dates from it).
+        self.sent_at = since
         #: Until then the claim's own reading of the turn (cancel flag included) counts as
         #: the step-entry check, which saves a round trip when a step follows its claim.
         self.fresh_until = since + FRESH_SECONDS
@@ -118,6 +124,29 @@ class HeldLease:
         """The step's last save gave the lease back: nothing more may be written."""
         self.released = True
         self.lost = True
+
+    def saved(self, result: SaveResult, renewed: bool) -> None:
+        """A commit under this lease landed: its reply is the step-entry check for a moment.
+
+        After a renewal asked of the commit, the lease is counted from the expiry the reply
+        names, on the store's clock, and never past the commit's send plus a full lease:
+        a lease the store did not renew (it had expired) gains nothing here.
+        """
+        if result.lease_released:
+            self.released_by_save()
+            return
+        now = time.monotonic()
+        self.fresh_until = now + FRESH_SECONDS
+        if renewed and result.lease_until is not None:
+            left = result.lease_until - self.store.now()
+            if left > 0:
+                ends = min(now + left, self.sent_at + self.seconds)
+                # the same margin a claimed lease keeps: act only until its last fifth
+                self._deadline = max(self._deadline, ends - self.seconds * (1 - _SAFETY))
+
+    def keeps(self) -> bool:
+        """Whether a last save now should keep the lease for the next step of a chain."""
+        return time.monotonic() < self.keep_until
 
     def take_fresh(self) -> bool:
         """True once, if the claim was made moments ago."""

@@ -33,7 +33,12 @@ from runner_core._engine.toolbatch import (
     ToolsDone,
 )
 from runner_core.context import UserInputRequested
-from runner_core.errors import ConcurrentModificationError, LeaseLostError, OutputValidationError
+from runner_core.errors import (
+    CancelRequestedError,
+    ConcurrentModificationError,
+    LeaseLostError,
+    OutputValidationError,
+)
 from runner_core.events import AgentEventType as E
 from runner_core.messages import AiMessage, ToolCall
 from runner_core.middleware import chain_model, chain_step
@@ -116,6 +121,25 @@ class _Step:
 
     # -- entry --------------------------------------------------------------------------
     def run(self) -> AgentStepResult:
+        turn = self.turn
+        turn.stepping = True
+        try:
+            return self._run()
+        except CancelRequestedError:
+            # a commit met a cancel request this step had not seen, and wrote nothing: the
+            # turn ends cancelled from what is stored, the step's unrecorded work dropped
+            self._adopt_stored()
+            return self._end(Finish(Status.CANCELLED, self.k.cancellation_reason(turn)))
+        finally:
+            turn.stepping = turn.answer_unsaved = False
+
+    def _adopt_stored(self) -> None:
+        turn = self.turn
+        turn.state = self.st = self.k.store.load(turn.id)
+        turn.answer_unsaved = False
+        self.result = AgentStepResult()
+
+    def _run(self) -> AgentStepResult:
         st, k = self.st, self.k
         if st.status.is_terminal:
             return self.result
@@ -198,6 +222,7 @@ class _Step:
         self.result.response = response
         st.usage = st.usage + response.usage
         st.messages.append(message)
+        turn.answer_unsaved = True
         st.pending_tool_calls = list(message.tool_calls)
         verdict = output.judge(agent.output, message) if agent.output is not None else None
         record_fingerprints(turn, message.tool_calls)
@@ -212,13 +237,12 @@ class _Step:
         return self._decide(message, verdict)
 
     def _decide(self, message: AiMessage, verdict: output.Verdict | None) -> Outcome:
-        """After an answer: cancelled, over budget, completed, typed, or on to the tools."""
-        st, turn = self.st, self.turn
-        # The cancel flag is re-read after the model call: by a peek before a final answer,
-        # by the save that records the tool calls otherwise (one round trip, not two).
+        """After an answer: over budget, completed, typed, or on to the tools."""
+        st = self.st
+        # A cancel request that came during the model call (or since the last commit, whose
+        # reply the step trusted) is found by the commit recording the answer, which is then
+        # refused: the turn ends cancelled and the answer is never recorded.
         final = isinstance(verdict, Accepted) if verdict is not None else not message.tool_calls
-        if final and self.k.control(turn).cancel_requested:
-            return Finish(Status.CANCELLED, self.k.cancellation_reason(turn))
         if reason := budget.after_model(st, self.policy.budget, self.k.store.now):
             return Finish(Status.BUDGET_EXCEEDED, reason)
         if final and verdict is None:

@@ -25,6 +25,15 @@ class Commit:
     stored counter, records an ended child's result in its waiting parent (waking the
     parent when it was the last one), and with ``release`` gives the lease back. A replay
     of the same ``request_id`` (after a lost reply) answers as the first run did.
+
+    ``renew_seconds``: a lease holder's commit that keeps its lease also extends it, to
+    the store's present plus that many seconds, if it has not expired (an expired lease is
+    written under as before, by its identity, but never brought back to life). With
+    ``release`` the lease is kept and renewed instead when the written turn can run at once
+    (READY, RUNNING or cancel requested), else given back: a worker's chain of steps holds
+    it across them without a claim. ``unless_cancelled``: the writer has not seen a cancel
+    request the store holds, so the store refuses the write with ``CancelRequestedError``
+    (a step's work over a cancel is never recorded; the cancel is).
     """
 
     snapshot: AgentTurnSnapshot
@@ -38,6 +47,8 @@ class Commit:
     #: new children, a parent it wakes): the store marks them queued, so the sweeper does
     #: not send another while that one waits in the broker.
     wake: bool = False
+    renew_seconds: float | None = None
+    unless_cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +58,10 @@ class SaveResult:
     ``lease_released``: the named lease is not held any more after the write.
     ``first_sequence``: the sequence number given to the commit's first event.
     ``parent_woken``: an ended child was the last one its parent waited on.
+    ``lease_until``: when the lease the writer named expires after the write, on the
+    store's clock (None: the writer named none, or it was given back). With the cancel flag
+    it is what a step would re-read before its next side effect, so a step that follows a
+    commit asks the store nothing first.
     """
 
     version: int
@@ -54,6 +69,7 @@ class SaveResult:
     lease_released: bool = False
     first_sequence: int = 0
     parent_woken: bool = False
+    lease_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

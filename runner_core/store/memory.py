@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from runner_core.errors import (
     AgentConversationBusyException,
+    CancelRequestedError,
     ConcurrentModificationError,
     HistoryRewrittenError,
     LeaseLostError,
@@ -94,6 +95,9 @@ class InMemoryAgentTurnStore:
                     return record.last[1]  # a replay after a lost reply
             record = self._existing(s.id, commit.expected_version)
             self._check_writer(record.header, commit.lease)
+            if commit.unless_cancelled and record.header.cancel_requested:
+                if not s.cancel_requested:
+                    raise CancelRequestedError(s.id)
             self._check_append_only(s, record)
             for child in commit.children:
                 self._check_create(child)
@@ -413,12 +417,7 @@ class InMemoryAgentTurnStore:
         for child in commit.children:
             self._write(child, None, parent=h)
         first = self._log(h, commit.events)
-        released = False
-        if commit.release and commit.lease is not None:
-            held = h.lease
-            if held is not None and (held.owner, held.lease_id) == commit.lease:
-                h.lease = None
-            released = True
+        released, lease_until = self._settle_lease(commit, h)
         woken = False
         if s.parent_turn_id is not None and s.status.is_terminal and not was_terminal:
             woken = self._fan_in(h)
@@ -428,9 +427,28 @@ class InMemoryAgentTurnStore:
             if woken and s.parent_turn_id:
                 marked.append(s.parent_turn_id)
             self._wakeups.mark([self._records[t].header for t in marked], until)
-        result = SaveResult(h.version, h.cancel_requested, released, first, woken)
+        result = SaveResult(h.version, h.cancel_requested, released, first, woken, lease_until)
         record.last = (commit.request_id, result)
         return result
+
+    def _settle_lease(self, commit: Commit, h: AgentTurnSnapshot) -> tuple[bool, float | None]:
+        """Give back, keep or renew the writer's lease; (released, its expiry after)."""
+        if commit.lease is None:
+            return False, None
+        held = h.lease
+        ours = held is not None and (held.owner, held.lease_id) == commit.lease
+        if commit.release and not (commit.renew_seconds is not None and _runs_at_once(h)):
+            if ours:
+                h.lease = None
+            return True, None
+        if held is None or not ours:
+            return False, None
+        now = self._clock()
+        if commit.renew_seconds is not None and held.until > now:
+            held = h.lease = LeaseInfo(
+                owner=held.owner, lease_id=held.lease_id, until=now + commit.renew_seconds
+            )
+        return False, held.until
 
     def _log(self, h: AgentTurnSnapshot, events: Sequence[AgentEvent]) -> int:
         """Number ``events`` from the turn's counter and keep them; the first number."""
@@ -511,6 +529,13 @@ class InMemoryAgentTurnStore:
                 self._children.setdefault(header.parent_turn_id, []).append(header.id)
             elif header.conversation_id:
                 self._conversations[header.conversation_id] = header.id
+
+
+def _runs_at_once(h: AgentTurnSnapshot) -> bool:
+    """Whether a written turn's next step can follow at once (a chain keeps its lease)."""
+    if h.status.is_terminal:
+        return False
+    return h.cancel_requested or h.status in (AgentTurnStatus.READY, AgentTurnStatus.RUNNING)
 
 
 def _indexed_runnable(h: AgentTurnSnapshot) -> bool:

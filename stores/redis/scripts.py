@@ -32,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from runner_core.errors import (
     AgentConversationBusyException,
+    CancelRequestedError,
     ConcurrentModificationError,
     HistoryRewrittenError,
     LeaseLostError,
@@ -261,6 +262,8 @@ def raise_for(reply: Any, conversation_id: str | None = None) -> None:
         )
     if code == "CORRUPT":
         raise SnapshotCorruptedError(args[0], args[1])
+    if code == "CANCELLED":
+        raise CancelRequestedError(args[0])
     if code == "LEASED":
         raise TurnLeasedError(args[0], args[1], float(args[2]) - float(args[3]))
     if code == "LEASE_LOST":
@@ -274,13 +277,14 @@ def saved(reply: Any, conversation_id: str | None = None) -> SaveResult | Mismat
     raise_for(reply, conversation_id)
     if code_of(reply) == "MISMATCH":
         return Mismatch(int(text(reply[2])), text(reply[3]))
-    first = text(reply[4])
+    first, until = text(reply[4]), text(reply[6])
     return SaveResult(
         int(text(reply[1])),
         text(reply[2]) == "1",
         lease_released=text(reply[3]) == "1",
         first_sequence=int(first) if first else 0,
         parent_woken=text(reply[5]) == "1",
+        lease_until=float(until) if until else None,
     )
 
 

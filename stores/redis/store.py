@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from redis import Redis
 
 from runner_core.errors import SnapshotCorruptedError, TurnNotFoundError
-from runner_core.events import AgentEvent, event_json
+from runner_core.events import AgentEvent, stored_event_json
 from runner_core.messages import Message
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult, LeaseInfo
 from runner_core.status import AgentTurnStatus
@@ -224,7 +224,7 @@ class RedisAgentTurnStore(AsyncTurnMethods):
         keys.append(k.events_end(tag, root))
         args: list[Arg] = [turn_id, json.dumps(reason), self.request_id(), str(len(events))]
         maxlen = str(self.tuning.stream_maxlen) if self.tuning.records_events else "0"
-        return keys, [*args, maxlen, *(event_json(e) for e in events)]
+        return keys, [*args, maxlen, *(stored_event_json(e) for e in events)]
 
     def claim(
         self, turn_id: str, worker_id: str, now: float, lease_ms: int

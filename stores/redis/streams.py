@@ -1,7 +1,8 @@
 """The Redis side of the event streams: one stream per turn tree, in the tree's hash slot.
 
 Stream ``ns:{T}:ev:<root id>`` (``Keyspace.events``) holds entries with ``event`` (the
-AgentEvent as JSON) and, for committed events, ``seq`` (the turn's event number). The
+AgentEvent as compact JSON, ``stored_event_json``) and, for committed events, ``seq`` (the
+turn's event number). The
 commit script appends committed events; ``EventStreams.append`` appends the others (and
 those of a store that does not stream, with ``committed=True`` in the bridge). The stream
 is trimmed to about ``maxlen`` entries; once the root's terminal event is in it, the
@@ -19,7 +20,7 @@ from redis import Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from runner_core.events import TERMINAL_EVENTS, AgentEvent, event_from_dict, event_json
+from runner_core.events import TERMINAL_EVENTS, AgentEvent, event_from_dict, stored_event_json
 from stores.redis.codec import text
 from stores.redis.connection import make_client
 from stores.redis.keys import Keyspace
@@ -55,6 +56,22 @@ def _remember_tag(keys: Keyspace, root_turn_id: str, raw: Any) -> str:
     return tag
 
 
+def full_event(doc: dict[str, Any], seq: Any = None) -> dict[str, Any]:
+    """A stored entry's document with every field of an event (entries of any age).
+
+    Puts back what ``stored_event_json`` leaves out; ``seq`` is the entry's number.
+    """
+    doc.setdefault("root_turn_id", doc.get("turn_id"))
+    doc.setdefault("parent_turn_id", None)
+    doc.setdefault("provisional", False)
+    doc.setdefault("attempt", None)
+    if seq is not None:
+        doc["sequence"] = int(text(seq))
+    else:
+        doc.setdefault("sequence", 0)
+    return doc
+
+
 def parse_stream_reply(reply: Any) -> list[Entry]:
     """Decode an XREAD reply (RESP2 list or RESP3 dict, bytes or str) into entries."""
     if not reply:
@@ -65,10 +82,7 @@ def parse_stream_reply(reply: Any) -> list[Entry]:
         if len(stream_entries) == 1 and isinstance(stream_entries[0], list):
             stream_entries = stream_entries[0]  # RESP3 wraps the entries once more
         for raw_id, fields in stream_entries:
-            event = json.loads(text(_field(fields, "event")))
-            seq = _field(fields, "seq")
-            if seq is not None:
-                event["sequence"] = int(text(seq))
+            event = full_event(json.loads(text(_field(fields, "event"))), _field(fields, "seq"))
             entries.append((text(raw_id), event))
     return entries
 
@@ -105,7 +119,7 @@ class EventStreams:
             root = event.root_turn_id
             tag = self.tag(root)
             trees.append((tag, root))
-            fields: dict[str, Any] = {"event": event_json(event)}
+            fields: dict[str, Any] = {"event": stored_event_json(event)}
             if not event.provisional:
                 fields = {"seq": event.sequence, **fields}
             pipe.xadd(self.keys.events(tag, root), fields, maxlen=maxlen, approximate=True)
@@ -163,8 +177,8 @@ class EventStreams:
             fields = {text(k): text(v) for k, v in (raw or {}).items()}
             if "seq" not in fields:
                 continue  # a provisional event
-            doc = json.loads(fields["event"])
-            events.append(event_from_dict(doc).sequenced(int(fields["seq"])))
+            doc = full_event(json.loads(fields["event"]), fields["seq"])
+            events.append(event_from_dict(doc))
         return events
 
 

@@ -15,7 +15,7 @@ import time
 from redis import Redis
 
 from runner_core.errors import HistoryRewrittenError, TurnNotFoundError
-from runner_core.events import TERMINAL_EVENTS, event_json
+from runner_core.events import TERMINAL_EVENTS, stored_event_json
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult
 from runner_core.status import AgentTurnStatus as S
 from runner_core.store import Commit, SaveResult
@@ -139,7 +139,9 @@ class Writer:
             "1" if ends and any(e.type in TERMINAL_EVENTS for e in c.events) else "0",
             report,
             repr(float(self.tuning.requeue_after)) if c.wake else "",
-            *(event_json(e) for e in c.events),
+            "" if c.renew_seconds is None else repr(float(c.renew_seconds)),
+            "1" if c.unless_cancelled else "0",
+            *(stored_event_json(e) for e in c.events),
             *turn_block(s, c.expected_version, stored),
         ]
         for child in c.children:

@@ -18,6 +18,9 @@ from runner_core import (
     ModelRequest,
     tool,
 )
+from runner_core._engine.leases import HeldLease
+from runner_core.snapshot import LeaseInfo
+from runner_core.store import SaveResult
 from tests.support.commits import save
 from tests.support.scripts import Script, agent, ask, call
 
@@ -243,3 +246,22 @@ def test_the_keeper_stops_renewing_a_lease_it_can_no_longer_hold(
     assert calls.count("gone") == 1
     assert 1 <= calls.count("down") <= 5
     assert keeper._held == {}
+
+
+def test_a_renewing_commit_moves_the_local_deadline_only_when_the_store_renewed() -> None:
+    # Given a held lease, 10 s long, that is half spent
+    store = InMemoryAgentTurnStore()
+    since = time.monotonic() - 5.0
+    held = HeldLease(store, "t1", LeaseInfo(owner="w", lease_id="l", until=0.0), 10.0, since)
+    held.sent_at = time.monotonic()
+    before = held._deadline  # type: ignore[attr-defined]
+
+    # When a commit's reply names an expiry in the past (the store did not renew)
+    held.saved(SaveResult(1, False, lease_until=store.now() - 1.0), renewed=True)
+    # Then nothing is gained
+    assert held._deadline == before  # type: ignore[attr-defined]
+
+    # When the reply names a renewed expiry, 10 s from now
+    held.saved(SaveResult(2, False, lease_until=store.now() + 10.0), renewed=True)
+    # Then the lease counts from the commit's send, with the usual margin
+    assert held._deadline == pytest.approx(held.sent_at + 8.0, abs=0.05)  # type: ignore[attr-defined]

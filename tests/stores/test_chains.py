@@ -1,6 +1,7 @@
 """Chained steps: a step task goes on with its turn while it can run at once, on every store.
 
-Each chained step is claimed, leased and committed on its own; the chain ends where a new
+Each chained step is fenced and committed on its own under the lease its claim took (the
+commits keep it, renewed, with no claim between steps); the chain ends where a new
 message would not have been sent at once (an approval, a retry, a child, the end), when its
 time is up, or when someone else holds the turn; a cancel lands between two steps.
 """
@@ -68,6 +69,30 @@ def test_a_chain_takes_a_turn_to_its_end_on_one_message(
 
     assert broker.queue == [] and broker.sent == 1  # only the start's wake-up
     assert committed_steps(runner, turn) == 5  # model, tool, model, tool, model
+
+
+def test_a_chain_claims_once_and_asks_the_store_nothing_between_its_steps(
+    make_store: Callable[[], AgentTurnStore],
+) -> None:
+    # Given a fleet runner whose store counts every call the chain makes
+    broker = Broker()
+    runner = fleet(make_store, broker)
+    turn = runner.start("looker", "go").id
+    store = runner.store
+    calls: list[str] = []
+    for name in ("claim", "peek", "commit", "release_lease", "renew_lease"):
+        real = getattr(store, name)
+        setattr(store, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+
+    # When one message takes the turn to its end
+    assert step_once(runner, broker.queue.pop(), "w1", chain_seconds=LONG) == "COMPLETED"
+
+    # Then one claim, then one commit per step: no claim, peek or release in between (a
+    # slow machine may take the claim's reading as too old for the first step)
+    first = calls.index("commit")
+    assert calls[:first] in (["claim"], ["claim", "peek"])
+    assert calls[first:] == ["commit"] * 5
+    assert committed_steps(runner, turn) == 5
 
 
 def test_no_chain_is_one_step_per_message(make_store: Callable[[], AgentTurnStore]) -> None:
@@ -269,28 +294,29 @@ def test_a_failure_right_after_the_claim_gives_the_lease_back(
     assert step_once(runner, turn, "w2", chain_seconds=LONG) == "COMPLETED"
 
 
-def test_a_store_error_between_two_chained_steps_still_sends_the_wake_up(
+def test_a_step_failing_after_a_kept_lease_still_sends_the_wake_up(
     make_store: Callable[[], AgentTurnStore],
 ) -> None:
-    # Given a chain whose second claim fails (a Redis blip)
+    # Given a chain whose second step raises (a Redis blip) after the first kept the lease
     broker = Broker()
     runner = fleet(make_store, broker)
     turn = runner.start("looker", "go").id
     broker.queue.clear()
-    claims = {"n": 0}
-    real_claim = runner.claim
+    steps = {"n": 0}
+    real_step = runner.step
 
-    def claim(turn_id: str, worker_id: str) -> Any:
-        claims["n"] += 1
-        if claims["n"] == 2:
+    def step(held: Any, *, release: bool = False) -> Any:
+        steps["n"] += 1
+        if steps["n"] == 2:
             raise StoreUnavailableError("redis://test", ConnectionError("reset"))
-        return real_claim(turn_id, worker_id)
+        return real_step(held, release=release)
 
-    runner.claim = claim  # type: ignore[method-assign]
+    runner.step = step  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailableError):
         step_once(runner, turn, "w1", chain_seconds=LONG)
 
-    # Then the first step's commit is not left marked queued with no message behind it
+    # Then the kept lease is given back and a wake-up is sent for the turn
     assert broker.queue == [turn]
-    runner.claim = real_claim  # type: ignore[method-assign]
+    assert runner.store.peek(turn).lease is None
+    runner.step = real_step  # type: ignore[method-assign]
     assert step_once(runner, broker.queue.pop(), "w1", chain_seconds=LONG) == "COMPLETED"

@@ -348,28 +348,36 @@ def test_a_blip_on_the_final_commit_is_ridden_out_without_a_second_tool_run(
     assert runner.claim(turn.id, "w2") is None
 
 
-class BlipOnPeek(Wrapped):
-    """A store whose ``peek`` fails ``times`` times once ``armed`` (Redis unreachable)."""
+class BlipAfterArming(Wrapped):
+    """A store whose reads and commits fail ``times`` times once ``armed`` (Redis unreachable)."""
 
     def __init__(self, inner: AgentTurnStore, times: int) -> None:
         super().__init__(inner)
         self.times, self.armed = times, False
 
-    def peek(self, turn_id: str) -> Any:
+    def _blip(self) -> None:
         if self.armed and self.times > 0:
             self.times -= 1
             raise StoreUnavailableError("redis://blip", ConnectionError("connection reset"))
+
+    def peek(self, turn_id: str) -> Any:
+        self._blip()
         return self.inner.peek(turn_id)
+
+    def commit(self, commit: Commit) -> Any:
+        self._blip()
+        return self.inner.commit(commit)
 
 
 @pytest.mark.parametrize("leased", [True, False])
 def test_a_blip_after_a_model_call_never_throws_the_paid_answer_away(
     make_store: Callable[[], AgentTurnStore], leased: bool
 ) -> None:
-    # Given a step whose model has answered, when the store blips at the cancel check that
-    # follows (a lease holder rides out a blip until its lease runs out, others a few tries)
+    # Given a step whose model has answered, when the store blips at the commit that
+    # records the answer (a lease holder rides out a blip until its lease runs out, others
+    # a few tries)
     asked: list[int] = []
-    blip = BlipOnPeek(make_store(), times=2)
+    blip = BlipAfterArming(make_store(), times=2)
 
     def answer(request: ModelRequest) -> AiMessage:
         asked.append(len(request.messages))

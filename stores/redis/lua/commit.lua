@@ -17,7 +17,8 @@
 -- ARGV[2]   number of new children c
 -- ARGV[3]   writer's worker id ('' = the writer holds no lease)
 -- ARGV[4]   writer's lease id
--- ARGV[5]   '1': give that lease back in the same write
+-- ARGV[5]   '1': give that lease back in the same write (with ARGV[12]: unless the
+--           written turn can run at once, in which case it is kept and renewed)
 -- ARGV[6]   number of events e
 -- ARGV[7]   stream length bound (approximate MAXLEN; '0': number the events, stream none)
 -- ARGV[8]   seconds the stream and its end marker live once the root ended
@@ -26,19 +27,24 @@
 -- ARGV[11]  seconds a queued wake-up is trusted: the writer sends one for every turn this
 --           commit makes runnable (the turn, its new children, a woken parent), which are
 --           marked queued; '' = no wake-up follows
--- ARGV[12..11+e]  the event documents (JSON, numbered here from the turn's counter)
+-- ARGV[12]  seconds to renew a kept lease by, from the server clock, if it has not
+--           expired ('' = keep it as it is)
+-- ARGV[13]  '1': refuse the write (CANCELLED) if the stored turn has a cancel request the
+--           written snapshot does not carry
+-- ARGV[14..13+e]  the event documents (JSON, numbered here from the turn's counter)
 -- then the turn block (see _lib.lua: id, expected version, body, ..., k) and k messages,
 -- then c child blocks likewise
 --
 -- Returns {'OK', version, cancel flag, lease given back '1'/'0', first event number,
---          parent woken '1'/'0'} | {'NOT_FOUND', id} | {'CONFLICT', id, expected, actual} |
+--          parent woken '1'/'0', the writer's lease expiry after the write ('' = none)} |
+--         {'NOT_FOUND', id} | {'CONFLICT', id, expected, actual} | {'CANCELLED', id} |
 --         {'LEASED', id, owner, lease until, now} | {'LEASE_LOST', id, lease id, worker,
 --         owner} | {'BUSY', turn id, status} | {'MISMATCH', id, stored count, last id} |
 --         {'REWRITTEN', id, stored count, last id} | {'CORRUPT', id, why}
 local T = tag_keys()
 local rid, worker, lid = ARGV[1], ARGV[3], ARGV[4]
 local nevents = tonumber(ARGV[6])
-local b = block(12 + nevents)
+local b = block(14 + nevents)
 local creating = b.exp == '-1'
 
 local prev, err, replay
@@ -49,13 +55,29 @@ else
 end
 if not prev then return err end
 if replay then
-  return {'OK', prev.v, prev.cx, prev.rel, prev.evf, prev.cw}
+  local kept = (prev.rel ~= '1' and worker ~= '' and prev.lo == worker and prev.lid == lid)
+  return {'OK', prev.v, prev.cx, prev.rel, prev.evf, prev.cw, kept and prev.lu or ''}
 end
 
 local now = clock()
 if not creating then
   local refused = check_writer(prev, b.id, worker, lid, now)
   if refused then return refused end
+  if ARGV[13] == '1' and prev.cx == '1' and b.cx ~= '1' then return {'CANCELLED', b.id} end
+end
+
+-- the writer's lease: kept (and renewed while live) when asked, or given back below
+local ours = (not creating) and worker ~= '' and prev.lo == worker and prev.lid == lid
+local renew = ARGV[12] ~= '' and ours
+local at_once = not TERMINAL[b.st] and (b.cx == '1' or ((not creating) and prev.cx == '1')
+  or b.st == 'READY' or b.st == 'RUNNING')
+local give_back = ARGV[5] == '1' and worker ~= '' and not (renew and at_once)
+local lease_until = ours and prev.lu or ''
+if renew and not give_back and tonumber(prev.lu) > tonumber(now) then
+  lease_until = string.format('%.6f', tonumber(now) + tonumber(ARGV[12]))
+  prev.lu = lease_until
+  redis.call('HSET', KEYS[7], 'lu', lease_until)
+  redis.call('HSET', T.leases, b.id, lease_until)
 end
 
 local children = {}
@@ -83,9 +105,9 @@ for _, c in ipairs(children) do
 end
 
 local released = '0'
-if ARGV[5] == '1' and worker ~= '' then
-  released = '1'
-  if prev.lo == worker and prev.lid == lid then
+if give_back then
+  released, lease_until = '1', ''
+  if ours then
     redis.call('HDEL', KEYS[7], 'lo', 'lid', 'lu')
     redis.call('HDEL', T.leases, b.id)
     local open = redis.call('HGET', KEYS[7], 'open') or ''
@@ -93,7 +115,7 @@ if ARGV[5] == '1' and worker ~= '' then
   end
 end
 
-local first = append_events(KEYS[7], KEYS[10], KEYS[11], 12, nevents, ARGV[7], ARGV[8], ARGV[9])
+local first = append_events(KEYS[7], KEYS[10], KEYS[11], 14, nevents, ARGV[7], ARGV[8], ARGV[9])
 
 local woke = '0'
 local was_terminal = (not creating) and TERMINAL[prev.st]
@@ -108,4 +130,4 @@ if ARGV[11] ~= '' then
   if woke == '1' then mark_queued(T.runnable, KEYS[12], b.par, till, now) end
 end
 redis.call('HSET', KEYS[7], 'rel', released, 'cw', woke)
-return {'OK', v, cx, released, first, woke}
+return {'OK', v, cx, released, first, woke, lease_until}
