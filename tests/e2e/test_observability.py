@@ -271,7 +271,9 @@ def test_one_trace_and_the_metrics_of_a_turn_run_by_prefork_workers(
     assert samples[("agentworker_model_call_errors_total", errors)] == 1
     lookups_count = (("agent", ROOT), ("tool", "lookup"))
     assert samples[("agentworker_tool_call_duration_seconds_count", lookups_count)] == 2
-    assert samples[("agentworker_wakeup_latency_seconds_count", ())] >= 9
+    # one per claim of a runnable turn (the root, its retry, each child): a chained step
+    # keeps its lease through its commit and is not woken, a woken parent is not timed
+    assert samples[("agentworker_wakeup_latency_seconds_count", ())] >= 4
     assert samples[("agentworker_sweep_duration_seconds_count", ())] >= 1
     assert samples[("agentworker_sweep_woken_total", (("kind", "due"),))] >= 1
     assert ("agentworker_queue_depth", (("queue", "agentworker.steps"),)) in samples
