@@ -97,4 +97,4 @@ chaos: $(STAMP) redis-check  ## Slow crash and soak tests (SIGKILL storms on a r
 	@$(PY) -m pytest -m chaos tests/chaos
 
 clean:  ## Remove the venvs and caches
-	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) .venv-min .venv-min-mcp .pytest_cache .mypy_cache .ruff_cache build dist
