@@ -191,8 +191,9 @@ class AgentTurnSnapshot(BaseModel):
 
         ``fields`` replace values of the copy (not validated: the store's own values).
         """
-        return self.model_copy(
-            update={
+        return _shallow_copy(
+            self,
+            {
                 "messages": list(self.messages) if with_messages else [],
                 "pending_tool_calls": list(self.pending_tool_calls),
                 "metadata": _deep_json_copy(self.metadata),
@@ -206,8 +207,27 @@ class AgentTurnSnapshot(BaseModel):
                 "child_results": dict(self.child_results),
                 "tool_fingerprints": dict(self.tool_fingerprints),
                 **fields,
-            }
+            },
         )
+
+
+def _shallow_copy(model: AgentTurnSnapshot, update: dict[str, Any]) -> AgentTurnSnapshot:
+    """``model.model_copy(update=update)`` without its generic path (a commit makes one).
+
+    What pydantic's ``__copy__`` does for a model without extra fields or private
+    attributes: a new instance over a copy of the field values, ``update`` applied and
+    counted as set; nothing validated.
+    """
+    cls = type(model)
+    copy = cls.__new__(cls)
+    values = dict(model.__dict__)
+    values.update(update)
+    _set = object.__setattr__
+    _set(copy, "__dict__", values)
+    _set(copy, "__pydantic_extra__", None)
+    _set(copy, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
+    _set(copy, "__pydantic_private__", None)
+    return copy
 
 
 def stored_policy(value: Any) -> Any:
