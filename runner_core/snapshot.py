@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -165,6 +165,18 @@ class AgentTurnSnapshot(BaseModel):
     #: Store-owned: the sequence number of the turn's last committed event.
     event_sequence: int = 0
 
+    if not TYPE_CHECKING:
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            # the engine sets fields of the turn's state several times a step; a field of
+            # this model (not frozen, not validated on assignment) is set as pydantic sets
+            # it, without its generic path
+            if name in _FIELD_NAMES:
+                self.__dict__[name] = value
+                self.__pydantic_fields_set__.add(name)
+            else:
+                super().__setattr__(name, value)
+
     @field_serializer("policy")
     def _policy_as_set(
         self, policy: AgentExecutionPolicy | None, info: SerializationInfo
@@ -228,6 +240,9 @@ def _shallow_copy(model: AgentTurnSnapshot, update: dict[str, Any]) -> AgentTurn
     _set(copy, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
     _set(copy, "__pydantic_private__", None)
     return copy
+
+
+_FIELD_NAMES = frozenset(AgentTurnSnapshot.model_fields)
 
 
 def stored_policy(value: Any) -> Any:
