@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -165,6 +165,18 @@ class AgentTurnSnapshot(BaseModel):
     #: Store-owned: the sequence number of the turn's last committed event.
     event_sequence: int = 0
 
+    if not TYPE_CHECKING:
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            # the engine sets fields of the turn's state several times a step; a field of
+            # this model (not frozen, not validated on assignment) is set as pydantic sets
+            # it, without its generic path
+            if name in _FIELD_NAMES:
+                self.__dict__[name] = value
+                self.__pydantic_fields_set__.add(name)
+            else:
+                super().__setattr__(name, value)
+
     @field_serializer("policy")
     def _policy_as_set(
         self, policy: AgentExecutionPolicy | None, info: SerializationInfo
@@ -190,24 +202,59 @@ class AgentTurnSnapshot(BaseModel):
         """An isolated copy: containers copied, immutable values (messages) shared.
 
         ``fields`` replace values of the copy (not validated: the store's own values).
+        Built as pydantic's ``model_copy(update=...)`` builds a model without extra fields
+        or private attributes, minus its generic path: a commit of the in-memory store
+        makes one.
         """
-        return self.model_copy(
-            update={
-                "messages": list(self.messages) if with_messages else [],
-                "pending_tool_calls": list(self.pending_tool_calls),
-                "metadata": _deep_json_copy(self.metadata),
-                "output": _copy_json(self.output),
-                "approved_call_ids": list(self.approved_call_ids),
-                "rejected_calls": dict(self.rejected_calls),
-                "submitted_inputs": _deep_json_copy(self.submitted_inputs),
-                "resume_log": [_deep_json_copy(entry) for entry in self.resume_log],
-                "suspension": copy_suspension(self.suspension),
-                "task_plan": self.task_plan.model_copy(deep=True) if self.task_plan else None,
-                "child_results": dict(self.child_results),
-                "tool_fingerprints": dict(self.tool_fingerprints),
-                **fields,
-            }
-        )
+        d = self.__dict__
+        values = dict(d)
+        values["messages"] = list(d["messages"]) if with_messages else []
+        values["pending_tool_calls"] = list(d["pending_tool_calls"])
+        values["metadata"] = _deep_json_copy(d["metadata"])
+        values["output"] = _copy_json(d["output"])
+        values["approved_call_ids"] = list(d["approved_call_ids"])
+        values["rejected_calls"] = dict(d["rejected_calls"])
+        values["submitted_inputs"] = _deep_json_copy(d["submitted_inputs"])
+        log = d["resume_log"]
+        values["resume_log"] = [_deep_json_copy(entry) for entry in log] if log else []
+        values["suspension"] = copy_suspension(d["suspension"])
+        plan = d["task_plan"]
+        values["task_plan"] = plan.model_copy(deep=True) if plan is not None else None
+        values["child_results"] = dict(d["child_results"])
+        values["tool_fingerprints"] = dict(d["tool_fingerprints"])
+        values.update(fields)
+        set_fields = self.__pydantic_fields_set__.copy()
+        if not _COPIED <= set_fields:
+            set_fields |= _COPIED
+        set_fields.update(fields)
+        copy = AgentTurnSnapshot.__new__(type(self))
+        _set = object.__setattr__
+        _set(copy, "__dict__", values)
+        _set(copy, "__pydantic_extra__", None)
+        _set(copy, "__pydantic_fields_set__", set_fields)
+        _set(copy, "__pydantic_private__", None)
+        return copy
+
+
+_FIELD_NAMES = frozenset(AgentTurnSnapshot.model_fields)
+#: The fields ``copy_state`` copies (counted as set in the copy, as ``model_copy`` counts
+#: the fields it is given).
+_COPIED = frozenset(
+    {
+        "messages",
+        "pending_tool_calls",
+        "metadata",
+        "output",
+        "approved_call_ids",
+        "rejected_calls",
+        "submitted_inputs",
+        "resume_log",
+        "suspension",
+        "task_plan",
+        "child_results",
+        "tool_fingerprints",
+    }
+)
 
 
 def stored_policy(value: Any) -> Any:

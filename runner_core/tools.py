@@ -307,7 +307,11 @@ def render_result(value: Any) -> str:
         return value
     if isinstance(value, BaseModel):
         return value.model_dump_json()
-    return json.dumps(value, default=str, ensure_ascii=False)
+    return _RESULT_JSON.encode(value)
+
+
+#: What ``json.dumps(value, default=str, ensure_ascii=False)`` would build for each result.
+_RESULT_JSON = json.JSONEncoder(default=str, ensure_ascii=False)
 
 
 def error_content(kind: str, message: str, **extra: Any) -> str:

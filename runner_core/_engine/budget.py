@@ -29,6 +29,12 @@ def tokens_exceeded(st: AgentTurnSnapshot, budget: AgentBudget, *, strict: bool)
     Cached input and reasoning tokens count: they are parts of the input and output
     totals (a provider bills them), and the reason names them where there are any.
     """
+    if (
+        budget.max_input_tokens is None
+        and budget.max_output_tokens is None
+        and budget.max_total_tokens is None
+    ):
+        return None
     u = st.usage
     for name, used, limit in (
         ("max_input_tokens", u.input_tokens, budget.max_input_tokens),

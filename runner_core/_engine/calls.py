@@ -187,20 +187,35 @@ def _emit_delta(
         )
 
 
-def invoke_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
+#: A call and its arguments as already validated for it, taken by the first run (a
+#: middleware that runs the call again gets freshly parsed arguments).
+Validated = list[tuple[ToolCall, dict[str, Any]]]
+
+
+def invoke_tool(
+    k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall, validated: Validated | None = None
+) -> ToolMessage:
     """Run the tool for ``call`` (inside its span when traced).
 
+    ``validated``: the arguments of a call checked before (taken if it is ``call`` itself).
     Blocking and thread-safe: several threads may run calls of one turn at once, each in
     its own copy of the context.
     """
     if turn.trace is tracing.ON:
-        return tracing.tool_call(turn, tool.name, call, lambda: _run_tool(k, turn, tool, call))
-    return _run_tool(k, turn, tool, call)
+        return tracing.tool_call(
+            turn, tool.name, call, lambda: _run_tool(k, turn, tool, call, validated)
+        )
+    return _run_tool(k, turn, tool, call, validated)
 
 
-def _run_tool(k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall) -> ToolMessage:
+def _run_tool(
+    k: TurnKernel, turn: AgentTurn, tool: Tool, call: ToolCall, validated: Validated | None
+) -> ToolMessage:
     """Run the tool for ``call``; a ``ToolError`` becomes an error message for the model."""
-    kwargs = tool.validate(call.arguments)
+    if validated and validated[0][0] is call:
+        kwargs = validated.pop()[1]  # the plan's check of these very arguments
+    else:
+        kwargs = tool.validate(call.arguments)  # a middleware changed the call
     ctx = _context(k, turn, tool, call)
     if tool.context_param is not None:
         kwargs[tool.context_param] = ctx

@@ -137,9 +137,14 @@ class TurnKernel:
         """
         if type in PROVISIONAL:
             self._deliver_now(turn, type, data)
-        elif self.bus.active or self.store_records_events:
+        elif self.recording:
             queue = turn.pending_after_save if after_save else turn.pending_events
             queue.append(make_event(turn.state, type, data))
+
+    @property
+    def recording(self) -> bool:
+        """Whether a committed event is heard or kept (else ``emit`` drops it unbuilt)."""
+        return self.bus.active or self.store_records_events
 
     def emit_start(self, turn: AgentTurn, type: AgentEventType, /, **data: Any) -> None:
         """The start of a step (or of the turn, or its resumption by the step): at once.

@@ -226,14 +226,15 @@ class _Step:
         st.pending_tool_calls = list(message.tool_calls)
         verdict = output.judge(agent.output, message) if agent.output is not None else None
         record_fingerprints(turn, message.tool_calls)
-        self.k.emit(
-            turn,
-            E.MODEL_COMPLETED,
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            **output.event_data(agent.output, message, verdict),
-            **model_call_facts(response.usage, started_at, clock, agent.model, request),
-        )
+        if self.k.recording:  # else the event is dropped: its data is not worth building
+            self.k.emit(
+                turn,
+                E.MODEL_COMPLETED,
+                input_tokens=response.usage.input_tokens,
+                output_tokens=response.usage.output_tokens,
+                **output.event_data(agent.output, message, verdict),
+                **model_call_facts(response.usage, started_at, clock, agent.model, request),
+            )
         return self._decide(message, verdict)
 
     def _decide(self, message: AiMessage, verdict: output.Verdict | None) -> Outcome:

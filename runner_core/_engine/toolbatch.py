@@ -139,6 +139,9 @@ class _Refuse:
 class _Run:
     tool: Tool
     call: ToolCall
+    #: The call's arguments as the plan validated them (the run takes them unless a
+    #: middleware hands it another call).
+    kwargs: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +180,7 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
         raw = str(call.arguments[INVALID_ARGUMENTS_KEY])[:200]
         return _Refuse(call, "invalid_arguments", f"arguments are not a JSON object: {raw}")
     try:
-        tool.validate(call.arguments)
+        kwargs = tool.validate(call.arguments)
     except InvalidToolArguments as exc:
         return _Refuse(call, "invalid_arguments", str(exc))
     if call.id in st.rejected_calls:
@@ -188,7 +191,7 @@ def _classify(turn: AgentTurn, call: ToolCall) -> _Item:
         return _Refuse(call, "tool_denied", f"tool {call.name!r} is not allowed here")
     if decision is ApprovalDecision.REQUIRE:
         return _Await(call)
-    return _Run(tool, call)
+    return _Run(tool, call, kwargs)
 
 
 def _concurrent_runs(plan: list[_Item]) -> int:
@@ -305,7 +308,7 @@ class ToolBatch:
 
     def _invoke(self, run: _Run) -> ToolMessage:
         k, turn = self.k, self.turn
-        invoke = partial(invoke_tool, k, turn, run.tool)
+        invoke = partial(invoke_tool, k, turn, run.tool, validated=[(run.call, run.kwargs)])
         return chain_tool(k.middleware(turn), turn, invoke)(run.call)
 
     def _run_here(self, run: _Run) -> None:
@@ -368,15 +371,16 @@ class ToolBatch:
             self._failed(call, exc)
             return
         self.st.tool_call_count += 1
-        self.k.emit(
-            self.turn,
-            E.TOOL_FAILED if message.is_error else E.TOOL_COMPLETED,
-            call_id=call.id,
-            tool=call.name,
-            is_error=message.is_error,
-            content=message.content[:500],
-            **self._timing(call),
-        )
+        if self.k.recording:  # else the event is dropped: its data is not worth building
+            self.k.emit(
+                self.turn,
+                E.TOOL_FAILED if message.is_error else E.TOOL_COMPLETED,
+                call_id=call.id,
+                tool=call.name,
+                is_error=message.is_error,
+                content=message.content[:500],
+                **self._timing(call),
+            )
         self._answer(call, message)
 
     def _timing(self, call: ToolCall) -> dict[str, Any]:

@@ -501,8 +501,9 @@ class InMemoryAgentTurnStore:
             lease, messages = h.lease, record.messages
             reason, sequence = h.cancel_reason or snapshot.cancel_reason, h.event_sequence
             # results stay only for children the written state still waits on
-            waiting = waiting_child_ids(snapshot)
-            results = {c: r for c, r in h.child_results.items() if c in waiting}
+            if h.child_results:
+                waiting = waiting_child_ids(snapshot)
+                results = {c: r for c, r in h.child_results.items() if c in waiting}
         header = snapshot.copy_state(
             with_messages=False,
             version=version,
@@ -514,9 +515,11 @@ class InMemoryAgentTurnStore:
         )
         messages.extend(snapshot.messages[len(messages) :])
         self._index(header, record is None)
-        last = record.last if record is not None else None
-        written = self._records[snapshot.id] = _Record(header, messages, last)
-        return written
+        if record is None:
+            record = self._records[snapshot.id] = _Record(header, messages)
+        else:
+            record.header = header
+        return record
 
     def _index(self, header: AgentTurnSnapshot, created: bool) -> None:
         if header.status.is_terminal:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, field_validator
 
 from runner_core import (
     AgentRunner,
@@ -136,3 +138,57 @@ def test_middleware_error_fails_the_turn_not_the_runner(runner: AgentRunner) -> 
 
     assert turn.status is AgentTurnStatus.FAILED
     assert turn.terminal_reason == "RuntimeError: guardrail crashed"
+
+
+class _Counted(BaseModel):
+    """An argument type whose parsing is counted."""
+
+    n: int
+    parsed: ClassVar[list[int]] = []
+
+    @field_validator("n")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        cls.parsed.append(value)
+        return value
+
+
+def test_a_call_s_arguments_are_parsed_once(runner: AgentRunner) -> None:
+    _Counted.parsed = []
+
+    @tool
+    def take(item: _Counted) -> int:
+        """Take."""
+        return item.n
+
+    script = Script(ask(call("take", item={"n": 7})), "ok")
+
+    turn = runner.run(agent(script, take), "go")
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert _Counted.parsed == [7]  # checked before the run, not again by it
+
+
+def test_a_call_changed_by_middleware_is_checked_again(runner: AgentRunner) -> None:
+    _Counted.parsed = []
+    seen: list[int] = []
+
+    @tool
+    def take(item: _Counted) -> int:
+        """Take."""
+        seen.append(item.n)
+        return item.n
+
+    class Twice(Middleware):
+        def wrap_tool(self, turn: Any, call: ToolCall, call_next: Any) -> ToolMessage:
+            call_next(call)
+            call_next(call)  # the same call again: its arguments parsed afresh
+            return call_next(call.model_copy(update={"arguments": {"item": {"n": 8}}}))
+
+    script = Script(ask(call("take", item={"n": 7})), "ok")
+
+    turn = runner.run(agent(script, take, middleware=[Twice()]), "go")
+
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert seen == [7, 7, 8]
+    assert _Counted.parsed == [7, 7, 8]

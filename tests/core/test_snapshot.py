@@ -133,6 +133,19 @@ def test_snapshot_json_round_trip_is_exact(snapshot: AgentTurnSnapshot) -> None:
     assert load_snapshot(json.loads(snapshot.model_dump_json())) == snapshot
 
 
+@settings(max_examples=100, deadline=None)
+@given(snapshots())
+def test_a_state_copy_is_what_model_copy_makes(snapshot: AgentTurnSnapshot) -> None:
+    copy = snapshot.copy_state(version=snapshot.version + 1)
+
+    expected = snapshot.model_copy(deep=True, update={"version": snapshot.version + 1})
+    assert copy == expected
+    assert copy.model_fields_set >= snapshot.model_fields_set | {"version", "messages"}
+    assert copy.model_dump_json() == expected.model_dump_json()
+    copy.step_count += 1  # its own fields: the original is not changed through it
+    assert snapshot.step_count == expected.step_count
+
+
 @pytest.mark.parametrize("status", list(AgentTurnStatus))
 def test_every_status_round_trips(status: AgentTurnStatus) -> None:
     snapshot = AgentTurnSnapshot(
