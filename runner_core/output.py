@@ -86,7 +86,7 @@ class OutputSpec:
         try:
             adapter: TypeAdapter[Any] = TypeAdapter(output_type)
             schema = adapter.json_schema()
-        except (PydanticUserError, SchemaError, TypeError) as exc:
+        except (PydanticUserError, SchemaError, TypeError, NameError) as exc:
             raise InvalidArgumentTypeError(
                 f"agent {agent_id!r}: output_type {shorten(output_type)} is not a type "
                 f"pydantic can validate and describe: {str(exc).splitlines()[0]}",

@@ -56,7 +56,12 @@ THINKING_FIELDS = {
 def dumped(value: Any) -> Any:
     """An SDK object as plain JSON (dicts and lists); plain values as they are."""
     dump = getattr(value, "model_dump", None)
-    return dump(mode="json", warnings=False) if callable(dump) else value
+    if not callable(dump):
+        return [dumped(v) for v in value] if isinstance(value, list) else value
+    try:
+        return dump(mode="json", warnings=False)
+    except TypeError:  # pydantic before 2.8 cannot dump a model the SDK built unvalidated
+        return {k: dumped(v) for k, v in vars(value).items() if not k.startswith("_")}
 
 
 class AnswerAssembler:
