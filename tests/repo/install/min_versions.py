@@ -34,9 +34,10 @@ SUITES = [
 
 # The [mcp] extra's floor (mcp 2.0) needs pydantic 2.12 and uvicorn 0.31.1, above the base
 # floors, and PyJWT 2.10, which redis 5.3 refuses (it pins PyJWT 2.9): it is tested in a
-# venv of its own, with those floors raised, redis left to the resolver, and its own suites.
+# venv of its own with every extra, mcp and those two at their floors, the rest left to the
+# resolver, running the MCP suites and the README.
 MCP_VENV = ROOT / ".venv-min-mcp"
-MCP_EXTRAS = "mcp,redis"
+MCP_EXTRAS = "all"
 MCP_RAISED = {"pydantic": "2.12.0", "uvicorn": "0.31.1"}
 MCP_SUITES = ["tests/mcp", "tests/repo/test_readme.py"]
 
@@ -99,9 +100,9 @@ def main() -> None:
     check_pins(python, pins)
     args = [str(python), "-m", "pytest", *SUITES, "-p", "no:cacheprovider", *sys.argv[1:]]
     code = subprocess.run(args, cwd=ROOT).returncode
-    mcp_pins = {n: v for n, v in {**everything, **MCP_RAISED}.items() if n != "redis"}
+    mcp_pins = {"mcp": everything["mcp"], **MCP_RAISED}
     python = build(MCP_VENV, MCP_EXTRAS, mcp_pins)
-    check_pins(python, {n: mcp_pins[n] for n in ("mcp", "tenacity", *MCP_RAISED)})
+    check_pins(python, mcp_pins)
     args = [str(python), "-m", "pytest", *MCP_SUITES, "-p", "no:cacheprovider", *sys.argv[1:]]
     code = code or subprocess.run(args, cwd=ROOT).returncode
     print(f"test-min: {time.monotonic() - started:.0f} s")
