@@ -71,11 +71,16 @@ def fields_of(flat: Sequence[Any]) -> dict[str, str]:
 
 
 def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
-    """The ARGV block of one turn (see ``_lib.lua``), sending messages after ``stored``."""
+    """The ARGV block of one turn (see ``_lib.lua``), sending messages after ``stored``.
+
+    Creation time, root and agent are written once, by the creation: an update sends them
+    empty.
+    """
     msgs = s.messages
     new = msgs[stored:]
     wait = waiting_child_ids(s)
     root = s.parent_turn_id is None
+    creating = expected == -1
     return [
         s.id,
         str(expected),
@@ -89,11 +94,11 @@ def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
         msgs[-1].id if msgs else "",
         json.dumps(wait) if wait else "",
         repr(float(s.updated_at)),
-        repr(float(s.created_at)),
+        repr(float(s.created_at)) if creating else "",
         s.parent_turn_id or "",
-        s.root_turn_id,
+        s.root_turn_id if creating else "",
         (s.conversation_id or "") if root else "",
-        s.agent_id,
+        s.agent_id if creating else "",
         str(len(new)),
         *(_dump(m) for m in new),
     ]

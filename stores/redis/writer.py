@@ -15,13 +15,14 @@ import time
 from redis import Redis
 
 from runner_core.errors import HistoryRewrittenError, TurnNotFoundError
-from runner_core.events import TERMINAL_EVENTS, stored_event_json
+from runner_core.events import TERMINAL_EVENTS
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult
 from runner_core.status import AgentTurnStatus as S
 from runner_core.store import Commit, SaveResult
 from stores.redis.cache import Known, TagIndex, TurnCache
 from stores.redis.clock import ServerClock
 from stores.redis.codec import Arg, turn_block
+from stores.redis.entries import event_args
 from stores.redis.keys import Keyspace
 from stores.redis.options import Tuning
 from stores.redis.scripts import Mismatch, Scripts, code_of, saved
@@ -141,7 +142,7 @@ class Writer:
             repr(float(self.tuning.requeue_after)) if c.wake else "",
             "" if c.renew_seconds is None else repr(float(c.renew_seconds)),
             "1" if c.unless_cancelled else "0",
-            *(stored_event_json(e) for e in c.events),
+            *event_args(s, c.events),
             *turn_block(s, c.expected_version, stored),
         ]
         for child in c.children:

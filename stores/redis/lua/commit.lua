@@ -31,7 +31,11 @@
 --           expired ('' = keep it as it is)
 -- ARGV[13]  '1': refuse the write (CANCELLED) if the stored turn has a cancel request the
 --           written snapshot does not carry
--- ARGV[14..13+e]  the event documents (JSON, numbered here from the turn's counter)
+-- ARGV[14..17]  what the events share (entries.py): the prefixes their ids, times and data
+--           have in common, and the fields naming the turn (JSON members, no braces)
+-- ARGV[18..17+4e]  per event: the rest of its id, its type, the rest of its time and of
+--           its data; a type '' means the data entry is the whole document. The stream
+--           entries hold the documents joined here, numbered from the turn's counter
 -- then the turn block (see _lib.lua: id, expected version, body, ..., k) and k messages,
 -- then c child blocks likewise
 --
@@ -44,7 +48,7 @@
 local T = tag_keys()
 local rid, worker, lid = ARGV[1], ARGV[3], ARGV[4]
 local nevents = tonumber(ARGV[6])
-local b = block(14 + nevents)
+local b = block(18 + 4 * nevents)
 local creating = b.exp == '-1'
 
 local prev, err, replay
@@ -111,11 +115,25 @@ if give_back then
     redis.call('HDEL', KEYS[7], 'lo', 'lid', 'lu')
     redis.call('HDEL', T.leases, b.id)
     local open = redis.call('HGET', KEYS[7], 'open') or ''
-    place(T.runnable, b.id, b.st, cx, b.nra, '', now, open, redis.call('HGET', KEYS[7], 'q'))
+    place(T.runnable, b.id, b.st, cx, b.nra, '', now, open, prev.q)
   end
 end
 
-local first = append_events(KEYS[7], KEYS[10], KEYS[11], 14, nevents, ARGV[7], ARGV[8], ARGV[9])
+-- the event documents, joined from what they share and what each adds
+local docs = {}
+local id_from, at_from, data_from, turn = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+for i = 1, nevents do
+  local at = 14 + 4 * i
+  if ARGV[at + 1] == '' then
+    docs[i] = ARGV[at + 3]
+  else
+    docs[i] = '{"event_id":"' .. id_from .. ARGV[at] .. '","type":"' .. ARGV[at + 1] .. '",'
+      .. turn .. ',"occurred_at":' .. at_from .. ARGV[at + 2] .. ',"data":' .. data_from
+      .. ARGV[at + 3] .. '}'
+  end
+end
+local first = append_events(KEYS[7], KEYS[10], KEYS[11], docs, ARGV[7], ARGV[8], ARGV[9],
+                            creating and '0' or prev.ev)
 
 local woke = '0'
 local was_terminal = (not creating) and TERMINAL[prev.st]
