@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import cast
 
 from runner_core import AgentEventType, Commit
 from runner_core.events import AgentEvent, make_event, stored_event_json
@@ -25,7 +26,7 @@ T = AgentEventType
 def _entries(store: RedisAgentTurnStore, s: AgentTurnSnapshot) -> list[tuple[int, object]]:
     key = store.keys.events(store.tags.tag_of(s.root_turn_id), s.root_turn_id)
     out = []
-    for _, fields in store.redis.xrange(key):
+    for _, fields in cast(list[tuple[bytes, dict[bytes, bytes]]], store.redis.xrange(key)):
         seq, doc = fields[b"seq"], fields[b"event"]
         out.append((int(seq), json.loads(doc)))
     return out
