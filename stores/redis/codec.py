@@ -89,8 +89,7 @@ def fields_of(flat: Sequence[Any]) -> dict[str, str]:
 def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
     """The ARGV block of one turn (see ``_lib.lua``), sending messages after ``stored``.
 
-    Creation time, root and agent are written once, by the creation: an update sends them
-    empty.
+    Creation time and root are written once, by the creation: an update sends them empty.
     """
     msgs = s.messages
     new = msgs[stored:]
@@ -114,7 +113,7 @@ def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
         s.parent_turn_id or "",
         s.root_turn_id if creating else "",
         (s.conversation_id or "") if root else "",
-        s.agent_id if creating else "",
+        s.agent_id,
         str(len(new)),
         *(_dump(m) for m in new),
     ]

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import json
 
-from runner_core import AgentEventType, AgentTurnStatus, AiMessage, ToolCall, UserMessage
+from runner_core import (
+    AgentEventType,
+    AgentTurnStatus,
+    AgentTurnStore,
+    AiMessage,
+    ToolCall,
+    UserMessage,
+)
 from runner_core.events import event_to_dict, make_event, stored_event_json
 from runner_core.messages import MESSAGE
 from runner_core.snapshot import AgentTurnSnapshot
 from stores.redis.codec import HEADER_HELD, STORE_OWNED, body_json, snapshot_of, turn_block
 from stores.redis.streams import full_event
+from tests.support.commits import save
 from tests.support.stores import snap
 
 S = AgentTurnStatus
@@ -107,3 +115,21 @@ def test_a_message_leaves_out_its_nones_but_keeps_null_arguments() -> None:
     assert all(b"null" not in d[: d.find(b"arguments")] for d in map(bytes, docs))
     assert [MESSAGE.validate_json(d) for d in docs] == s.messages
     assert all(bytes(d).startswith(b'{"id":"') for d in docs)
+
+
+def test_what_an_update_changes_of_the_header_held_fields_reads_back(
+    store: AgentTurnStore,
+) -> None:
+    s = snap()
+    save(store, s, -1)
+    s = store.load(s.id)
+    s.agent_id, s.status, s.updated_at = "another", S.RUNNING, s.updated_at + 1.5
+
+    save(store, s, s.version)
+
+    loaded = store.load(s.id)
+    assert (loaded.agent_id, loaded.status, loaded.updated_at) == (
+        "another",
+        S.RUNNING,
+        s.updated_at,
+    )

@@ -89,8 +89,8 @@ local function tag_keys()
           leases = KEYS[5], conv = KEYS[6]}
 end
 
--- A turn block in ARGV starting at i: these fields, then k message documents. ca, root and
--- agent are written by a creation only (an update sends them empty).
+-- A turn block in ARGV starting at i: these fields, then k message documents. ca and root
+-- are written by a creation only (an update sends them empty).
 local BLOCK = {'id', 'exp', 'body', 'st', 'nra', 'cx', 'cr', 'bn', 'blast', 'nlast', 'wait',
                'ua', 'ca', 'par', 'root', 'conv', 'agent', 'k'}
 
@@ -260,10 +260,9 @@ local function write(T, keys, b, prev, rid, now)
   -- sv on every write: the body is written in the current schema, an older record's too
   redis.call('HSET', hkey, 'sv', SCHEMA, 'v', v, 'st', b.st, 'body', b.body, 'nra', b.nra,
              'cx', cx, 'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid,
-             'ua', b.ua, 'wait', b.wait)
+             'ua', b.ua, 'wait', b.wait, 'agent', b.agent)
   if not prev then
-    redis.call('HSET', hkey, 'ca', b.ca, 'par', b.par, 'root', b.root,
-               'conv', b.conv, 'agent', b.agent, 'ev', 0)
+    redis.call('HSET', hkey, 'ca', b.ca, 'par', b.par, 'root', b.root, 'conv', b.conv, 'ev', 0)
     if not TERMINAL[b.st] then redis.call('ZADD', T.live, b.ca, b.id) end
     if b.par ~= '' then redis.call('RPUSH', kkey, b.id) end
     if b.conv ~= '' and not TERMINAL[b.st] then
