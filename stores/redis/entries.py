@@ -58,7 +58,8 @@ def _common(parts: list[bytes]) -> bytes:
 
 def event_args(s: AgentTurnSnapshot, events: Sequence[AgentEvent]) -> list[Arg]:
     """ARGV of the events of a commit of ``s`` (see commit.lua's header)."""
-    fitting = [e for e in events if _fits(s, e)]
+    fits = [_fits(s, e) for e in events]
+    fitting = [e for e, fit in zip(events, fits, strict=True) if fit]
     ids = [e.event_id.encode() for e in fitting]
     times = [to_json(e.occurred_at) for e in fitting]
     data = [to_json(e.data, fallback=json_default) for e in fitting]
@@ -66,8 +67,8 @@ def event_args(s: AgentTurnSnapshot, events: Sequence[AgentEvent]) -> list[Arg]:
     args: list[Arg] = [*prefixes, shared_fields(s)]
     cut = [len(p) for p in prefixes]
     at = 0
-    for e in events:
-        if not _fits(s, e):
+    for e, fit in zip(events, fits, strict=True):
+        if not fit:
             args += ["", "", "", stored_event_json(e)]
             continue
         args += [
