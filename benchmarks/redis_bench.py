@@ -4,7 +4,8 @@ Starts its own redis-server (AOF on, appendfsync everysec, as in production) on 
 loopback port and prints, with 10, 100 and 400 messages of attached history: µs per step,
 Redis round trips per step (a counting connection: one per command or pipeline sent),
 bytes sent to Redis per step, and bytes appended to the AOF per step; each for whole turns
-and for the steps alone (without creating the turn, which stores its history once).
+and for the steps alone (without creating the turn, which stores its history once); and
+the server's own time in scripts per step (INFO commandstats, the steps alone).
 Sizes are interleaved over many short rounds and the best round counts, as other
 processes on the machine make single rounds noisy. In the same run, on the same server and
 client: one trivial EVALSHA round trip (``return 1`` on one key), the floor of any step
@@ -90,7 +91,9 @@ def aof_bytes(directory: Path) -> int:
 class Workload:
     """The 10-tool turn with ``history`` attached messages, on one store."""
 
-    def __init__(self, client: redis.Redis, history: int) -> None:
+    def __init__(self, client: redis.Redis, history: int, stats: redis.Redis) -> None:
+        #: A client that is not counted, for the server's own statistics.
+        self.stats = stats
         self.store = RedisAgentTurnStore(client, namespace=f"bench{history}")
         self.runner = AgentRunner(turn_store=self.store)
         self.agent = Agent("bench", FunctionModel(_model), instructions="add", tools=[add])
@@ -102,14 +105,17 @@ class Workload:
         gc.collect()
         created = stepped = 0.0
         totals = dict.fromkeys(("rt", "sent", "aof", "rt_steps", "sent_steps", "aof_steps"), 0)
-        steps = 0
+        steps = server = 0
         for _ in range(turns):
             t0, before = time.perf_counter(), self._meters(directory)
             turn = self.runner.start(self.agent, "go", history=self.attached)
+            created += time.perf_counter() - t0
+            self.stats.config_resetstat()
             t1, middle = time.perf_counter(), self._meters(directory)
             self.runner.run_until_blocked(turn)
             t2, after = time.perf_counter(), self._meters(directory)
-            created, stepped = created + t1 - t0, stepped + t2 - t1
+            stepped += t2 - t1
+            server += self.stats.info("commandstats").get("cmdstat_evalsha", {}).get("usec", 0)
             for name, start, mid, end in zip(
                 ("rt", "sent", "aof"), before, middle, after, strict=True
             ):
@@ -120,6 +126,7 @@ class Workload:
         result = {name: value / steps for name, value in totals.items()}
         result["us"] = (created + stepped) / steps * 1e6
         result["us_steps"] = stepped / steps * 1e6
+        result["server_us_steps"] = server / steps
         return result
 
     @staticmethod
@@ -131,7 +138,8 @@ def measure(port: int, directory: Path, turns: int, rounds: int) -> dict[int, di
     """Best round (by µs/step) per history size; sizes interleaved so noise hits all alike."""
     pool = redis.ConnectionPool(host="127.0.0.1", port=port, connection_class=CountingConnection)
     client = redis.Redis(connection_pool=pool)
-    workloads = {h: Workload(client, h) for h in HISTORIES}
+    stats = redis.Redis(host="127.0.0.1", port=port)
+    workloads = {h: Workload(client, h, stats) for h in HISTORIES}
     best: dict[int, dict[str, float]] = {}
     for _ in range(rounds):
         for history, workload in workloads.items():
@@ -178,6 +186,7 @@ def figures_of(results: dict[int, dict[str, float]], floor: float) -> dict[str, 
         "redis_step_per_round_trip": small["us_steps"] / floor,
         "redis_round_trips_per_step": small["rt_steps"],
         "redis_bytes_per_step": small["sent_steps"],
+        "redis_script_server_us_per_step": small["server_us_steps"],
         "redis_history_400_per_10": large["us_steps"] / small["us_steps"],
     }
 
@@ -218,6 +227,7 @@ def report(results: dict[int, dict[str, float]]) -> None:
             f"  {r['rt']:.2f} round trips/step ({r['rt_steps']:.2f})"
             f"  KB sent/step {r['sent'] / 1024:4.1f} ({r['sent_steps'] / 1024:3.1f})"
             f"  KB AOF/step {r['aof'] / 1024:4.1f} ({r['aof_steps'] / 1024:3.1f})"
+            f"  script µs/step on the server {r['server_us_steps']:3.0f}"
             f"  {r['us'] / first['us']:.2f}x ({r['us_steps'] / first['us_steps']:.2f}x) of "
             f"{HISTORIES[0]}"
         )

@@ -29,7 +29,7 @@ from runner_core.store import arguments as check
 from stores.redis.cache import Known
 from stores.redis.codec import Arg, text
 from stores.redis.connection import async_client, async_retry, async_twin
-from stores.redis.scripts import Call, cancelled, code_of, loaded, saved
+from stores.redis.scripts import Call, NeedKeys, cancelled, code_of, loaded, saved
 from stores.redis.sweeper import lower_due
 from stores.redis.writer import check_prefix
 
@@ -124,26 +124,33 @@ class AsyncWriter:
             await self.now()  # so that planning reads the clock without a round trip
             tag = writer.new_tag(s) if creating else await self.tag_of(s.id)
             known, stored = writer.known(c)
-            for _ in range(2):
+            every_key, mismatches = False, 0
+            while mismatches < 2:
                 try:
-                    result = saved(await self._call(tag, c, stored), s.conversation_id)
+                    reply = await self._call(tag, c, stored, every_key)
+                    result = saved(reply, s.conversation_id)
                 except SnapshotCorruptedError as exc:
                     await asyncio.to_thread(self._set_aside, c, exc)
                     raise
                 if isinstance(result, SaveResult):
                     writer.remember(tag, c, known, stored)
                     return result
+                if isinstance(result, NeedKeys):
+                    if every_key:
+                        raise RuntimeError(f"commit.lua refused every key of {s.id}")
+                    every_key = True
+                    continue
                 check_prefix(s, result)
-                stored = result.stored
+                stored, mismatches = result.stored, mismatches + 1
         raise HistoryRewrittenError(s.id, "the stored message count kept changing")
 
     def _set_aside(self, c: Commit, exc: SnapshotCorruptedError) -> None:
         with self.store.guard:
             self.store.sweeper.corrupt_commit(c, exc)
 
-    async def _call(self, tag: str, c: Commit, stored: int) -> object:
+    async def _call(self, tag: str, c: Commit, stored: int, every_key: bool) -> object:
         writer = self.store.writer
-        keys, args, before, after = writer.plan(tag, c, stored)
+        keys, args, before, after = writer.plan(tag, c, stored, every_key)
         call: Call = (self.store.scripts["commit"], keys, args)
         replies = await self.pipelined([call], before, after)
         reply = replies[len(before)]

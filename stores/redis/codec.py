@@ -30,6 +30,19 @@ STORE_OWNED = {
 }
 
 
+#: Snapshot fields the body leaves out because the header holds them (a field of the
+#: header, written with every body or by the creation): a load puts them back. Bodies of
+#: earlier records still carry them, and a field a body carries is read from it.
+HEADER_HELD = {
+    "status": "st",
+    "root_turn_id": "root",
+    "parent_turn_id": "par",
+    "agent_id": "agent",
+    "created_at": "ca",
+    "updated_at": "ua",
+}
+
+
 def _same(value: Any, empty: Any) -> bool:
     return type(value) is type(empty) and value == empty
 
@@ -43,12 +56,15 @@ _OMISSIBLE: tuple[tuple[str, Any], ...] = tuple(
     (name, default)
     for name, info in AgentTurnSnapshot.model_fields.items()
     if name not in STORE_OWNED
-    and name != "schema_version"
+    and name not in HEADER_HELD
+    and name not in ("schema_version", "id")
     and any(
         _same(default := info.get_default(call_default_factory=True), empty) for empty in _EMPTY
     )
 )
 
+
+_FROM_HEADER = frozenset({"id", *HEADER_HELD})
 
 #: Header fields an operator listing reads (HMGET order of ``TurnSummary.of``).
 SUMMARY_FIELDS = ("st", "agent", "root", "par", "conv", "v", "ca", "ua", "lo", "lu", "cx")
@@ -71,11 +87,15 @@ def fields_of(flat: Sequence[Any]) -> dict[str, str]:
 
 
 def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
-    """The ARGV block of one turn (see ``_lib.lua``), sending messages after ``stored``."""
+    """The ARGV block of one turn (see ``_lib.lua``), sending messages after ``stored``.
+
+    Creation time and root are written once, by the creation: an update sends them empty.
+    """
     msgs = s.messages
     new = msgs[stored:]
     wait = waiting_child_ids(s)
     root = s.parent_turn_id is None
+    creating = expected == -1
     return [
         s.id,
         str(expected),
@@ -89,9 +109,9 @@ def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
         msgs[-1].id if msgs else "",
         json.dumps(wait) if wait else "",
         repr(float(s.updated_at)),
-        repr(float(s.created_at)),
+        repr(float(s.created_at)) if creating else "",
         s.parent_turn_id or "",
-        s.root_turn_id,
+        s.root_turn_id if creating else "",
         (s.conversation_id or "") if root else "",
         s.agent_id,
         str(len(new)),
@@ -100,13 +120,14 @@ def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
 
 
 def body_json(s: AgentTurnSnapshot) -> str:
-    """The header ``body``: the snapshot without store-owned fields and empty ones.
+    """The header ``body``: the snapshot without store-owned fields, header-held and empty ones.
 
-    A field left out holds its default (None, zero, false, empty), which a load fills in
-    again: only top-level fields are left out, so nested models and a user's dicts keep
-    every value they hold.
+    The id and the fields the header holds (``HEADER_HELD``) are left out, and a field
+    holding its default (None, zero, false, empty), which a load fills in again: only
+    top-level fields are left out, so nested models and a user's dicts keep every value
+    they hold.
     """
-    exclude = set(STORE_OWNED)
+    exclude = STORE_OWNED | _FROM_HEADER
     for name, default in _OMISSIBLE:
         if _same(getattr(s, name), default):
             exclude.add(name)
@@ -130,7 +151,7 @@ def snapshot_of(
     body = fields.get("body")
     if body is None:
         raise SnapshotCorruptedError(turn_id, "header has no body")
-    snapshot = load_snapshot(body, turn_id)
+    snapshot = load_snapshot(_with_header(turn_id, body, fields), turn_id)
     try:
         snapshot.version = int(fields["v"])
         snapshot.cancel_requested = fields.get("cx") == "1"
@@ -143,6 +164,21 @@ def snapshot_of(
     snapshot.event_sequence = int(fields.get("ev") or 0)
     snapshot.child_results = child_results_of(turn_id, fields)
     return snapshot
+
+
+def _with_header(turn_id: str, body: Any, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The body as a dict, with the fields it leaves out taken from the header."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SnapshotCorruptedError(turn_id, f"not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise SnapshotCorruptedError(turn_id, "not a JSON object")
+    data.setdefault("id", turn_id)
+    for name, field in HEADER_HELD.items():
+        if name not in data and fields.get(field):
+            data[name] = fields[field]
+    return data
 
 
 def child_results_of(turn_id: str, fields: Mapping[str, Any]) -> dict[str, ChildResult]:

@@ -20,7 +20,8 @@ Keys (``ns`` is the namespace, ``I`` a turn id):
 
 ================================  =======  =====================================================
 ``ns:{T}:h:I``                     hash     the turn header: ``body`` (the snapshot without its
-                                            messages, JSON, with ``schema_version``), ``sv``
+                                            messages and the fields the header holds, JSON,
+                                            with ``schema_version``), ``sv``
                                             (record version) and the control fields the scripts
                                             own: version, status, lease, cancel flag, message
                                             count and last id, waited-on children and how many

@@ -84,6 +84,13 @@ class Mismatch:
 
 
 @dataclass(frozen=True, slots=True)
+class NeedKeys:
+    """A commit sent a placeholder for a key the stored turn needs: send every key."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
 class Loaded:
     """A header (fields) and the messages after the ones the caller already had."""
 
@@ -245,7 +252,7 @@ def code_of(reply: Any) -> str:
 def raise_for(reply: Any, conversation_id: str | None = None) -> None:
     """Raise the exception a script's error reply stands for; return if it is OK or NO."""
     code = code_of(reply)
-    if code in ("OK", "NO", "MISMATCH"):
+    if code in ("OK", "NO", "MISMATCH", "NEED_KEYS"):
         return
     args = [text(x) for x in reply[1:]]
     if code == "NOT_FOUND":
@@ -272,11 +279,14 @@ def raise_for(reply: Any, conversation_id: str | None = None) -> None:
     raise RuntimeError(f"unexpected script reply {reply!r}")
 
 
-def saved(reply: Any, conversation_id: str | None = None) -> SaveResult | Mismatch:
+def saved(reply: Any, conversation_id: str | None = None) -> SaveResult | Mismatch | NeedKeys:
     """The reply of commit.lua."""
     raise_for(reply, conversation_id)
-    if code_of(reply) == "MISMATCH":
+    code = code_of(reply)
+    if code == "MISMATCH":
         return Mismatch(int(text(reply[2])), text(reply[3]))
+    if code == "NEED_KEYS":
+        return NeedKeys(int(text(reply[2])))
     first, until = text(reply[4]), text(reply[6])
     return SaveResult(
         int(text(reply[1])),

@@ -15,16 +15,17 @@ import time
 from redis import Redis
 
 from runner_core.errors import HistoryRewrittenError, TurnNotFoundError
-from runner_core.events import TERMINAL_EVENTS, stored_event_json
+from runner_core.events import TERMINAL_EVENTS
 from runner_core.snapshot import AgentTurnSnapshot, ChildResult
 from runner_core.status import AgentTurnStatus as S
-from runner_core.store import Commit, SaveResult
+from runner_core.store import Commit, SaveResult, waiting_child_ids
 from stores.redis.cache import Known, TagIndex, TurnCache
 from stores.redis.clock import ServerClock
 from stores.redis.codec import Arg, turn_block
+from stores.redis.entries import event_args
 from stores.redis.keys import Keyspace
 from stores.redis.options import Tuning
-from stores.redis.scripts import Mismatch, Scripts, code_of, saved
+from stores.redis.scripts import Mismatch, NeedKeys, Scripts, code_of, saved
 from stores.redis.sweeper import lower_due
 
 #: commit.lua's KEYS and ARGV, and the plain commands sent before and after it.
@@ -56,13 +57,19 @@ class Writer:
         s = c.snapshot
         tag = self.new_tag(s) if c.expected_version == -1 else self.tags.tag_of(s.id)
         known, stored = self.known(c)
-        for _ in range(2):
-            result = saved(self._call(tag, c, stored), s.conversation_id)
+        every_key, mismatches = False, 0
+        while mismatches < 2:
+            result = saved(self._call(tag, c, stored, every_key), s.conversation_id)
             if isinstance(result, SaveResult):
                 self.remember(tag, c, known, stored)
                 return result
+            if isinstance(result, NeedKeys):
+                if every_key:
+                    raise RuntimeError(f"commit.lua refused every key of {s.id}")
+                every_key = True  # the stored turn needs a key this commit thought unused
+                continue
             check_prefix(s, result)
-            stored = result.stored
+            stored, mismatches = result.stored, mismatches + 1
         raise HistoryRewrittenError(s.id, "the stored message count kept changing")
 
     def known(self, c: Commit) -> tuple[Known | None, int]:
@@ -76,9 +83,9 @@ class Writer:
             return known, known.stored
         return known, count
 
-    def _call(self, tag: str, c: Commit, stored: int) -> object:
+    def _call(self, tag: str, c: Commit, stored: int, every_key: bool) -> object:
         """The commit script and, in the same round trip, the index writes around it."""
-        keys, args, before, after = self.plan(tag, c, stored)
+        keys, args, before, after = self.plan(tag, c, stored, every_key)
         if not before and not after:
             return self.scripts.run("commit", keys, args)
         replies = self.scripts.pipelined([(self.scripts["commit"], keys, args)], before, after)
@@ -89,10 +96,10 @@ class Writer:
                 self.redis.delete(*ours)
         return reply
 
-    def plan(self, tag: str, c: Commit, stored: int) -> Planned:
+    def plan(self, tag: str, c: Commit, stored: int, every_key: bool = False) -> Planned:
         """KEYS and ARGV of commit.lua, and the index writes sent before and after it."""
         s, k = c.snapshot, self.keys
-        keys, args = self._script_input(tag, c, stored)
+        keys, args = self._script_input(tag, c, stored, every_key)
         created = [s, *c.children] if c.expected_version == -1 else list(c.children)
         # the id -> tag entries first (``entries_set`` reads their replies in this order)
         before: list[tuple[Arg, ...]] = [("SET", k.turn_index(t.id), tag, "NX") for t in created]
@@ -107,7 +114,9 @@ class Writer:
         after: list[tuple[Arg, ...]] = [] if score is None else [lower_due(self.keys, tag, score)]
         return keys, args, before, after
 
-    def _script_input(self, tag: str, c: Commit, stored: int) -> tuple[list[str], list[Arg]]:
+    def _script_input(
+        self, tag: str, c: Commit, stored: int, every_key: bool
+    ) -> tuple[list[str], list[Arg]]:
         """KEYS and ARGV of commit.lua (see its header)."""
         s, k = c.snapshot, self.keys
         creating = c.expected_version == -1
@@ -127,6 +136,9 @@ class Writer:
         if s.parent_turn_id is not None and s.status.is_terminal:
             report = ChildResult.of(s).model_dump_json()
         worker, lease_id = c.lease if c.lease is not None else ("", "")
+        end_marked = ends and any(e.type in TERMINAL_EVENTS for e in c.events)
+        roles = range(len(keys)) if every_key else self._roles(c, bool(report), end_marked)
+        keys = [keys[i] for i in roles]
         args: list[Arg] = [
             c.request_id,
             str(len(c.children)),
@@ -136,18 +148,44 @@ class Writer:
             str(len(c.events)),
             str(self.tuning.stream_maxlen) if self.tuning.records_events else "0",
             str(self.tuning.stream_ttl),
-            "1" if ends and any(e.type in TERMINAL_EVENTS for e in c.events) else "0",
+            "1" if end_marked else "0",
             report,
             repr(float(self.tuning.requeue_after)) if c.wake else "",
             "" if c.renew_seconds is None else repr(float(c.renew_seconds)),
             "1" if c.unless_cancelled else "0",
-            *(stored_event_json(e) for e in c.events),
+            ",".join(str(i + 1) for i in roles),
+            *event_args(s, c.events),
             *turn_block(s, c.expected_version, stored),
         ]
         for child in c.children:
             keys += [k.header(tag, child.id), k.messages(tag, child.id), k.children(tag, s.id)]
             args += turn_block(child, -1, 0)
         return keys, args
+
+    def _roles(self, c: Commit, reports: bool, ends: bool) -> list[int]:
+        """The keys this commit uses, by index (commit.lua's roles less one).
+
+        Mirrors commit.lua's list of the keys a write uses, from what the commit holds; the
+        script answers NEED_KEYS (and writes nothing) if the stored turn needs one more.
+        """
+        s = c.snapshot
+        creating, children = c.expected_version == -1, bool(c.children)
+        listed = s.status.is_terminal or children
+        used = (
+            True,  # runnable
+            creating or listed,  # live
+            listed,  # ended
+            children or reports or bool(waiting_child_ids(s)) or bool(s.child_results),
+            c.lease is not None,  # leases
+            s.parent_turn_id is None and s.conversation_id is not None,  # conversation
+            True,  # header
+            True,  # messages
+            creating and s.parent_turn_id is not None,  # the parent's children list
+            bool(c.events) and self.tuning.records_events,  # stream
+            ends,  # the stream's end marker
+            reports,  # the parent's header
+        )
+        return [i for i, uses in enumerate(used) if uses]
 
     def attention(self, c: Commit) -> float | None:
         """The earliest time this commit may make the sweeper's attention due in its tag.

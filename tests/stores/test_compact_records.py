@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import json
 
-from runner_core import AgentEventType, AiMessage, ToolCall, UserMessage
+from runner_core import (
+    AgentEventType,
+    AgentTurnStatus,
+    AgentTurnStore,
+    AiMessage,
+    ToolCall,
+    UserMessage,
+)
 from runner_core.events import event_to_dict, make_event, stored_event_json
 from runner_core.messages import MESSAGE
-from runner_core.snapshot import load_snapshot
-from stores.redis.codec import STORE_OWNED, body_json, turn_block
+from runner_core.snapshot import AgentTurnSnapshot
+from stores.redis.codec import HEADER_HELD, STORE_OWNED, body_json, snapshot_of, turn_block
 from stores.redis.streams import full_event
+from tests.support.commits import save
 from tests.support.stores import snap
+
+S = AgentTurnStatus
 
 
 def test_a_stored_event_leaves_out_the_copies_and_reads_back_whole() -> None:
@@ -56,7 +66,41 @@ def test_a_body_leaves_out_defaults_and_loads_back_equal() -> None:
     assert "suspension" not in stored and "approved_call_ids" not in stored
     assert stored["final_output"] == "" and stored["metadata"] == {"k": None}
     assert body.startswith('{"schema_version":')
-    loaded = load_snapshot(body, s.id)
+    loaded = snapshot_of(s.id, {**_header(s), "body": body}, [])
+    assert loaded.model_dump(exclude=STORE_OWNED) == s.model_dump(exclude=STORE_OWNED)
+
+
+def _header(s: AgentTurnSnapshot) -> dict[str, str]:
+    return {
+        "v": "0",
+        "st": s.status.value,
+        "root": s.root_turn_id,
+        "par": s.parent_turn_id or "",
+        "agent": s.agent_id,
+        "ca": repr(s.created_at),
+        "ua": repr(s.updated_at),
+    }
+
+
+def test_a_body_leaves_out_what_the_header_holds() -> None:
+    parent = snap()
+    child = snap(parent_turn_id=parent.id, root_turn_id=parent.id, status=S.RUNNING)
+
+    stored = json.loads(body_json(child))
+
+    for held in ("id", *HEADER_HELD):
+        assert held not in stored
+    loaded = snapshot_of(child.id, {**_header(child), "body": body_json(child)}, [])
+    assert loaded.model_dump(exclude=STORE_OWNED) == child.model_dump(exclude=STORE_OWNED)
+
+
+def test_a_body_that_holds_every_field_reads_as_before() -> None:
+    s = snap(status=S.RUNNING)
+    old = s.model_dump_json(exclude=STORE_OWNED)
+    header = {**_header(s), "st": "READY", "ua": "1.0"}  # the body's own values win
+
+    loaded = snapshot_of(s.id, {**header, "body": old}, [])
+
     assert loaded.model_dump(exclude=STORE_OWNED) == s.model_dump(exclude=STORE_OWNED)
 
 
@@ -71,3 +115,21 @@ def test_a_message_leaves_out_its_nones_but_keeps_null_arguments() -> None:
     assert all(b"null" not in d[: d.find(b"arguments")] for d in map(bytes, docs))
     assert [MESSAGE.validate_json(d) for d in docs] == s.messages
     assert all(bytes(d).startswith(b'{"id":"') for d in docs)
+
+
+def test_what_an_update_changes_of_the_header_held_fields_reads_back(
+    store: AgentTurnStore,
+) -> None:
+    s = snap()
+    save(store, s, -1)
+    s = store.load(s.id)
+    s.agent_id, s.status, s.updated_at = "another", S.RUNNING, s.updated_at + 1.5
+
+    save(store, s, s.version)
+
+    loaded = store.load(s.id)
+    assert (loaded.agent_id, loaded.status, loaded.updated_at) == (
+        "another",
+        S.RUNNING,
+        s.updated_at,
+    )

@@ -89,7 +89,8 @@ local function tag_keys()
           leases = KEYS[5], conv = KEYS[6]}
 end
 
--- A turn block in ARGV starting at i: these fields, then k message documents.
+-- A turn block in ARGV starting at i: these fields, then k message documents. ca and root
+-- are written by a creation only (an update sends them empty).
 local BLOCK = {'id', 'exp', 'body', 'st', 'nra', 'cx', 'cr', 'bn', 'blast', 'nlast', 'wait',
                'ua', 'ca', 'par', 'root', 'conv', 'agent', 'k'}
 
@@ -221,9 +222,15 @@ local function settle_waits(T, hkey, b)
   return tostring(#open)
 end
 
--- Index a written turn: runnable, live/ended, waits, conversation marker.
-local function index(T, hkey, b, cx, lu, now)
-  local open = settle_waits(T, hkey, b)
+-- Index a written turn: runnable, live/ended, waits, conversation marker. prev: the
+-- stored fields before the write (nil: a creation). A turn that waits on no child and did
+-- not before has no results, waits entry or open count to settle (each write settles them).
+local function index(T, hkey, b, cx, lu, now, prev)
+  local open, q = '', ''
+  if prev then q = prev.q end
+  if b.wait ~= '' or (prev and (prev.wait ~= '' or prev.open ~= '')) then
+    open = settle_waits(T, hkey, b)
+  end
   if TERMINAL[b.st] then
     redis.call('ZREM', T.runnable, b.id)
     redis.call('ZREM', T.live, b.id)
@@ -233,7 +240,7 @@ local function index(T, hkey, b, cx, lu, now)
     end
     return
   end
-  place(T.runnable, b.id, b.st, cx, b.nra, lu, now, open, redis.call('HGET', hkey, 'q'))
+  place(T.runnable, b.id, b.st, cx, b.nra, lu, now, open, q)
   if b.conv ~= '' and redis.call('HGET', T.conv, 'turn') == b.id then
     redis.call('HSET', T.conv, 'st', b.st)
   end
@@ -253,10 +260,9 @@ local function write(T, keys, b, prev, rid, now)
   -- sv on every write: the body is written in the current schema, an older record's too
   redis.call('HSET', hkey, 'sv', SCHEMA, 'v', v, 'st', b.st, 'body', b.body, 'nra', b.nra,
              'cx', cx, 'cr', cr, 'n', tonumber(b.bn) + b.k, 'last', b.nlast, 'rid', rid,
-             'ua', b.ua, 'wait', b.wait)
+             'ua', b.ua, 'wait', b.wait, 'agent', b.agent)
   if not prev then
-    redis.call('HSET', hkey, 'ca', b.ca, 'par', b.par, 'root', b.root,
-               'conv', b.conv, 'agent', b.agent, 'ev', 0)
+    redis.call('HSET', hkey, 'ca', b.ca, 'par', b.par, 'root', b.root, 'conv', b.conv, 'ev', 0)
     if not TERMINAL[b.st] then redis.call('ZADD', T.live, b.ca, b.id) end
     if b.par ~= '' then redis.call('RPUSH', kkey, b.id) end
     if b.conv ~= '' and not TERMINAL[b.st] then
@@ -266,24 +272,33 @@ local function write(T, keys, b, prev, rid, now)
   for i = b.first, b.next - 1, 1000 do
     redis.call('RPUSH', mkey, unpack(ARGV, i, math.min(i + 999, b.next - 1)))
   end
-  index(T, hkey, b, cx, lu, now)
+  index(T, hkey, b, cx, lu, now, prev)
   return v, cx
 end
 
--- Append n event documents from ARGV[at] to the tree's stream, numbered from the turn's
--- counter; ends: the root ended, so mark the stream's end and let both expire after ttl.
--- maxlen '0': number them only (streaming is off). Returns the first number.
-local function append_events(hkey, stream, endkey, at, n, maxlen, ttl, ends)
-  local ev = tonumber(redis.call('HGET', hkey, 'ev') or '0') or 0
-  local first = ev + 1
+-- n event documents from ARGV[at] on, as a list.
+local function documents(at, n)
+  local docs = {}
+  for i = 1, n do docs[i] = ARGV[at + i - 1] end
+  return docs
+end
+
+-- Append the event documents docs to the tree's stream, numbered from the turn's counter
+-- ev (the stored 'ev', read here if nil); ends: the root ended, so mark the stream's end and
+-- let both expire after ttl. maxlen '0': number them only (streaming is off). Returns the
+-- first number.
+local function append_events(hkey, stream, endkey, docs, maxlen, ttl, ends, ev)
+  if ev == nil then ev = redis.call('HGET', hkey, 'ev') end
+  ev = tonumber(ev or '0') or 0
+  local first, n = ev + 1, #docs
   if n == 0 then return first end
   redis.call('HSET', hkey, 'ev', ev + n, 'evf', first)
   if maxlen == '0' then return first end
   local last_id
-  for i = 0, n - 1 do
+  for i = 1, n do
     ev = ev + 1
     last_id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'seq', ev,
-                         'event', ARGV[at + i])
+                         'event', docs[i])
   end
   if ends == '1' then
     redis.call('SET', endkey, last_id, 'EX', ttl)

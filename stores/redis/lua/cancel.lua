@@ -25,5 +25,6 @@ if f.cx == '1' then
 end
 redis.call('HSET', KEYS[1], 'cx', '1', 'cr', ARGV[2], 'crid', ARGV[3])
 place(KEYS[2], ARGV[1], f.st, '1', f.nra, f.lu, clock(), f.open, f.q)
-local first = append_events(KEYS[1], KEYS[3], KEYS[4], 6, tonumber(ARGV[4]), ARGV[5], 0, '0')
+local first = append_events(KEYS[1], KEYS[3], KEYS[4], documents(6, tonumber(ARGV[4])),
+                            ARGV[5], 0, '0', f.ev)
 return {'OK', first}
