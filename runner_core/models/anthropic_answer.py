@@ -23,7 +23,7 @@ from runner_core.models.base import (
     ToolCallDelta,
     Usage,
 )
-from runner_core.models.function import INVALID_ARGUMENTS_KEY
+from runner_core.models.function import INVALID_ARGUMENTS_KEY, parse_arguments
 
 Block = dict[str, Any]
 
@@ -203,7 +203,7 @@ class AnswerAssembler:
             if not isinstance(arguments, dict):
                 arguments = {INVALID_ARGUMENTS_KEY: json.dumps(arguments)}
         else:
-            arguments = _parse_arguments("".join(pieces))
+            arguments = parse_arguments("".join(pieces))
         return ToolCall(id=block.get("id") or "", name=block.get("name") or "", arguments=arguments)
 
     def _add_usage(self, usage: Any) -> None:
@@ -245,17 +245,6 @@ def _calls_before_thinking(blocks: list[Block]) -> list[int]:
 
 def _thinking(block: Block) -> Block:
     return {key: block.get(key) or "" for key in THINKING_FIELDS[block["type"]]}
-
-
-def _parse_arguments(raw: str) -> dict[str, Any]:
-    """Streamed JSON arguments; anything but an object is kept for the runner to reject."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        return {INVALID_ARGUMENTS_KEY: raw}
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: raw}
 
 
 def _count(value: Any) -> int:

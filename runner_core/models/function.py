@@ -148,7 +148,9 @@ class StreamAssembler:
     def message(self) -> AiMessage:
         """The assembled message."""
         calls = [
-            ToolCall(id=c["id"] or "", name=c["name"], arguments=_parse_args("".join(c["args"])))
+            ToolCall(
+                id=c["id"] or "", name=c["name"], arguments=parse_arguments("".join(c["args"]))
+            )
             for _, c in sorted(self._calls.items())
         ]
         return AiMessage(
@@ -158,8 +160,8 @@ class StreamAssembler:
         )
 
 
-def _parse_args(raw: str) -> dict[str, Any]:
-    """Parse streamed JSON arguments; malformed JSON is kept for the runner to reject."""
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """Streamed JSON arguments; anything but an object is kept for the runner to reject."""
     if not raw.strip():
         return {}
     try:
