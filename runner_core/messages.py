@@ -11,14 +11,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
-from runner_core._engine.frozen import FrozenDict, freeze_dict, json_only
+from runner_core._engine.frozen import FrozenDict, freeze_dict
+from runner_core._engine.jsonvalues import validate_json
 
 
 def _provider_data(value: dict[str, Any] | None) -> FrozenDict | None:
     """Read-only and JSON only (the snapshot stores it as it is); ``{}`` reads as None."""
     if not value:
         return None
-    return freeze_dict(json_only(value, "provider_data"))
+    return freeze_dict(validate_json(value, "provider_data"))
 
 
 #: Opaque data of the provider whose adapter made a message or a call (reasoning text,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from tenacity import wait_exponential, wait_random
 
+from runner_core._engine.jsonvalues import validate_json
 from runner_core.errors import (
     AgentWorkerError,
     InvalidArgumentError,
@@ -196,38 +197,6 @@ def validate_metadata(value: Any, field: str = "metadata") -> dict[str, Any]:
         )
     cleaned: dict[str, Any] = validate_json(value, field)
     return cleaned
-
-
-def validate_json(value: Any, field: str) -> Any:
-    """Return a JSON-clean copy of ``value`` (dicts with string keys, lists, finite numbers).
-
-    ``InvalidArgumentError`` (``field=field``) names the first key or index that is not.
-    """
-    return _json_value(value, field, "")
-
-
-def _json_value(value: Any, field: str, path: str) -> Any:
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            _not_json(field, path, f"{value} is not valid JSON")
-        return value
-    if isinstance(value, list | tuple):
-        return [_json_value(v, field, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                _not_json(field, f"{path}.{shorten(k)}".lstrip("."), "keys must be strings")
-            out[k] = _json_value(v, field, f"{path}.{k}" if path else k)
-        return out
-    _not_json(field, path, f"{type(value).__name__} is not JSON-serializable")
-
-
-def _not_json(field: str, path: str, why: str) -> NoReturn:
-    where = f"{field} key {shorten(path)}" if path else field
-    raise InvalidArgumentError(f"{where}: {why}", field=field)
 
 
 def json_size(value: Any) -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from runner_core._engine.jsonvalues import validate_json
 from runner_core.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -14,7 +15,7 @@ from runner_core.errors import (
     shorten,
 )
 from runner_core.events import AgentEventType
-from runner_core.policy import validate_json, validate_metadata
+from runner_core.policy import validate_metadata
 from runner_core.snapshot import AgentTurnSnapshot, Suspension, SuspensionType
 from runner_core.status import AgentTurnStatus, move
 

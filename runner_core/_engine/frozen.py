@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -67,34 +66,6 @@ def freeze_dict(value: Mapping[str, Any]) -> FrozenDict:
     if all(type(v) in _SCALARS for v in value.values()):
         return FrozenDict(value)
     return FrozenDict({str(k): freeze(v) for k, v in value.items()})
-
-
-def json_only(value: dict[str, Any], field: str) -> dict[str, Any]:
-    """``value`` when it holds only JSON (str keys; str, finite numbers, bool, None, lists).
-
-    Raises ``ValueError`` naming ``field`` and the path of the first value that is not.
-    """
-    _check_json(value, field)
-    return value
-
-
-def _check_json(value: Any, where: str) -> None:
-    kind = type(value)
-    if kind is float and not math.isfinite(value):
-        raise ValueError(f"{where}: {value!r} is not JSON")
-    if kind in _SCALARS:
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{where}: key {key!r} is not a string")
-            _check_json(item, f"{where}.{key}")
-        return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]")
-        return
-    raise ValueError(f"{where}: a {kind.__name__} is not JSON")
 
 
 def thaw(value: Any) -> Any:
