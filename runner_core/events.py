@@ -272,19 +272,18 @@ class EventBus:
 
     def __init__(self) -> None:
         self._listeners: tuple[AgentEventListener, ...] = ()
+        #: True when someone listens (read several times a step: kept, not computed).
+        self.active = False
 
     def add(self, listener: AgentEventListener) -> None:
         """Add a listener."""
         self._listeners = (*self._listeners, listener)
+        self.active = True
 
     def remove(self, listener: AgentEventListener) -> None:
         """Remove a listener (no error if absent)."""
         self._listeners = tuple(x for x in self._listeners if x is not listener)
-
-    @property
-    def active(self) -> bool:
-        """True when someone listens."""
-        return bool(self._listeners)
+        self.active = bool(self._listeners)
 
     @property
     def listeners(self) -> tuple[AgentEventListener, ...]:

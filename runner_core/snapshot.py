@@ -207,28 +207,34 @@ class AgentTurnSnapshot(BaseModel):
         makes one.
         """
         d = self.__dict__
-        values = dict(d)
-        values["messages"] = list(d["messages"]) if with_messages else []
-        values["pending_tool_calls"] = list(d["pending_tool_calls"])
-        values["metadata"] = _deep_json_copy(d["metadata"])
-        values["output"] = _copy_json(d["output"])
-        values["approved_call_ids"] = list(d["approved_call_ids"])
-        values["rejected_calls"] = dict(d["rejected_calls"])
-        values["submitted_inputs"] = _deep_json_copy(d["submitted_inputs"])
-        log = d["resume_log"]
+        values = d.copy()
+        values["messages"] = d["messages"][:] if with_messages else []
+        values["pending_tool_calls"] = d["pending_tool_calls"][:]
+        metadata, inputs, log, output = (
+            d["metadata"],
+            d["submitted_inputs"],
+            d["resume_log"],
+            d["output"],
+        )
+        values["metadata"] = _deep_json_copy(metadata) if metadata else {}
+        if isinstance(output, dict | list):
+            values["output"] = _copy_json(output)
+        values["approved_call_ids"] = d["approved_call_ids"][:]
+        values["rejected_calls"] = d["rejected_calls"].copy()
+        values["submitted_inputs"] = _deep_json_copy(inputs) if inputs else {}
         values["resume_log"] = [_deep_json_copy(entry) for entry in log] if log else []
-        values["suspension"] = copy_suspension(d["suspension"])
-        plan = d["task_plan"]
-        values["task_plan"] = plan.model_copy(deep=True) if plan is not None else None
-        values["child_results"] = dict(d["child_results"])
-        values["tool_fingerprints"] = dict(d["tool_fingerprints"])
-        values.update(fields)
-        set_fields = self.__pydantic_fields_set__.copy()
-        if not _COPIED <= set_fields:
-            set_fields |= _COPIED
-        set_fields.update(fields)
-        copy = AgentTurnSnapshot.__new__(type(self))
-        _set = object.__setattr__
+        suspension, plan = d["suspension"], d["task_plan"]
+        if suspension is not None:
+            values["suspension"] = copy_suspension(suspension)
+        if plan is not None:
+            values["task_plan"] = plan.model_copy(deep=True)
+        values["child_results"] = d["child_results"].copy()
+        values["tool_fingerprints"] = d["tool_fingerprints"].copy()
+        set_fields = self.__pydantic_fields_set__ | _COPIED
+        if fields:
+            values.update(fields)
+            set_fields.update(fields)
+        copy = _new(type(self))
         _set(copy, "__dict__", values)
         _set(copy, "__pydantic_extra__", None)
         _set(copy, "__pydantic_fields_set__", set_fields)
@@ -237,6 +243,8 @@ class AgentTurnSnapshot(BaseModel):
 
 
 _FIELD_NAMES = frozenset(AgentTurnSnapshot.model_fields)
+_new = object.__new__
+_set = object.__setattr__
 #: The fields ``copy_state`` copies (counted as set in the copy, as ``model_copy`` counts
 #: the fields it is given).
 _COPIED = frozenset(

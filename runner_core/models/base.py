@@ -32,12 +32,24 @@ class Usage(BaseModel):
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
+        # frozen: a sum with nothing is the other side itself (most steps add a zero)
+        if not (
+            other.input_tokens
+            or other.output_tokens
+            or other.cached_input_tokens
+            or other.reasoning_tokens
+        ):
+            return self
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
+
+
+#: A call that used nothing: frozen, so every response without usage shares it.
+NO_USAGE = Usage()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,7 @@ class ModelResponse:
     """A model's answer and what it cost."""
 
     message: AiMessage
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE
 
 
 class ModelError(AgentWorkerError):

@@ -10,6 +10,7 @@ from typing import Any
 from runner_core._engine import aio
 from runner_core.messages import AiMessage, ToolCall
 from runner_core.models.base import (
+    NO_USAGE,
     ModelError,
     ModelRequest,
     ModelResponse,
@@ -179,9 +180,9 @@ def _to_response(result: Any) -> ModelResponse:
     if isinstance(result, ModelResponse):
         return result
     if isinstance(result, AiMessage):
-        return ModelResponse(result, Usage())
+        return ModelResponse(result, NO_USAGE)
     if isinstance(result, str):
-        return ModelResponse(AiMessage(result), Usage())
+        return ModelResponse(AiMessage(result), NO_USAGE)
     if inspect.iscoroutine(result):
         result.close()
     raise ModelError(f"FunctionModel returned {type(result).__name__}, not a response")
