@@ -12,7 +12,13 @@ import uuid
 
 import pytest
 
-from runner_core import AgentTurnStatus, AgentTurnStore, Commit, LeaseLostError
+from runner_core import (
+    AgentTurnStatus,
+    AgentTurnStore,
+    Commit,
+    ConcurrentModificationError,
+    LeaseLostError,
+)
 from runner_core.errors import CancelRequestedError
 from runner_core.store import LeaseRef, SaveResult
 from tests.support.commits import save
@@ -61,7 +67,7 @@ def test_the_reply_names_the_lease_the_commit_leaves(store: AgentTurnStore) -> N
     result = _commit(store, turn_id, lease)
 
     assert result.lease_released is False
-    assert result.lease_until == pytest.approx(stored.until)
+    assert result.lease_until == pytest.approx(stored.until, abs=1e-5)
     assert save(store, snap(), -1).lease_until is None  # a writer without a lease
 
 
@@ -135,3 +141,29 @@ def test_unless_cancelled_writes_when_no_cancel_was_asked(store: AgentTurnStore)
     turn_id, lease = _claimed(store)
     result = _commit(store, turn_id, lease, unless_cancelled=True)
     assert result.cancel_requested is False
+
+
+def test_a_refused_commit_renews_no_lease(store: AgentTurnStore) -> None:
+    # Given a claimed turn with a short lease, and a child id another writer already created
+    turn_id, lease = _claimed(store, lease_ms=5_000)
+    taken = snap(parent_turn_id=turn_id, root_turn_id=turn_id)
+    save(store, taken, -1)
+    before = store.peek(turn_id)
+    assert before.lease is not None
+
+    # When the holder commits, renewing, with a new child under that id
+    current = store.load(turn_id)
+    current.status = S.RUNNING
+    child = snap(taken.id, parent_turn_id=turn_id, root_turn_id=turn_id)
+    commit = Commit(
+        current, current.version, uuid.uuid4().hex, lease, children=(child,), renew_seconds=60.0
+    )
+    with pytest.raises(ConcurrentModificationError):
+        store.commit(commit)
+
+    # Then the refusal wrote nothing: not the turn, and not a renewed lease either
+    after = store.peek(turn_id)
+    assert after.version == before.version
+    assert after.lease is not None and after.lease.until == pytest.approx(
+        before.lease.until, abs=1e-3
+    )

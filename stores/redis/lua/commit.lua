@@ -101,6 +101,19 @@ for i, uses in pairs(used) do
   if uses and missing(i) then return {'NEED_KEYS', b.id, i} end
 end
 
+-- every check before the first write: a refused commit writes nothing
+local children = {}
+local at = b.next
+for i = 1, nchildren do
+  local child = block(at)
+  local base = 10 + 3 * i
+  local ok, cerr, again = check_create(T, K[base], child, rid)
+  if not ok then return cerr end
+  if again then return {'CONFLICT', child.id, '-1', ok.v} end
+  children[i] = {child, {K[base], K[base + 1], K[base + 2]}}
+  at = child.next
+end
+
 -- the writer's lease: kept (and renewed while live) when asked, or given back below
 local ours = (not creating) and worker ~= '' and prev.lo == worker and prev.lid == lid
 local renew = ARGV[12] ~= '' and ours
@@ -113,18 +126,6 @@ if renew and not give_back and tonumber(prev.lu) > tonumber(now) then
   prev.lu = lease_until
   redis.call('HSET', K[7], 'lu', lease_until)
   redis.call('HSET', T.leases, b.id, lease_until)
-end
-
-local children = {}
-local at = b.next
-for i = 1, nchildren do
-  local child = block(at)
-  local base = 10 + 3 * i
-  local ok, cerr, again = check_create(T, K[base], child, rid)
-  if not ok then return cerr end
-  if again then return {'CONFLICT', child.id, '-1', ok.v} end
-  children[i] = {child, {K[base], K[base + 1], K[base + 2]}}
-  at = child.next
 end
 
 local v, cx = write(T, {K[7], K[8], K[9]}, b, (not creating) and prev or nil, rid, now)
