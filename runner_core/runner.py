@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -430,7 +431,8 @@ class AgentRunner(AsyncProducers):
         return turn
 
     def _lease_ms(self) -> int:
-        return int(self.policy.lease_seconds * 1000)
+        """The policy's lease in whole milliseconds, never shorter than it asks (nor 0)."""
+        return max(1, math.ceil(self.policy.lease_seconds * 1000))
 
     # -- conversations and children ------------------------------------------------------
     def _memory(self, conversation_id: str) -> ChatMemory:

@@ -248,6 +248,8 @@ class LeaseKeeper:
         self.step_time_limit = step_time_limit
         self._held: dict[int, tuple[HeldLease, float]] = {}
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # a renewal in flight has ended
+        self._renewing: int | None = None
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -268,9 +270,17 @@ class LeaseKeeper:
         self._wake.set()
 
     def drop(self, lease: HeldLease) -> None:
-        """Stop renewing ``lease``."""
+        """Stop renewing ``lease``; a renewal of it in flight ends before this returns.
+
+        So a caller that releases the lease and then closes its store has no renewal still
+        talking to it (a renewal stuck on an unreachable store is waited on for at most the
+        lease's length).
+        """
+        key = id(lease)
         with self._lock:
-            self._held.pop(id(lease), None)
+            self._held.pop(key, None)
+            if threading.current_thread() is not self._thread:
+                self._settled.wait_for(lambda: self._renewing != key, timeout=lease.seconds)
 
     def _loop(self) -> None:
         while True:
@@ -281,7 +291,16 @@ class LeaseKeeper:
                     if at <= time.monotonic()
                 ]
             for key, lease in due:
-                lease.renew()
+                with self._lock:
+                    if key not in self._held:
+                        continue  # dropped since
+                    self._renewing = key
+                try:
+                    lease.renew()
+                finally:
+                    with self._lock:
+                        self._renewing = None
+                        self._settled.notify_all()
                 with self._lock:
                     if lease.lost:
                         self._held.pop(key, None)  # lost or released: never renewed again

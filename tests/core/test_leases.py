@@ -265,3 +265,86 @@ def test_a_renewing_commit_moves_the_local_deadline_only_when_the_store_renewed(
     held.saved(SaveResult(2, False, lease_until=store.now() + 10.0), renewed=True)
     # Then the lease counts from the commit's send, with the usual margin
     assert held._deadline == pytest.approx(held.sent_at + 8.0, abs=0.05)  # type: ignore[attr-defined]
+
+
+def test_dropping_a_lease_waits_for_its_renewal_in_flight() -> None:
+    # Given a held lease whose renewal is under way in the keeper's thread
+    import threading
+
+    from runner_core._engine.leases import LeaseKeeper
+
+    entered, finish = threading.Event(), threading.Event()
+    talking: list[str] = []
+
+    class Slow(InMemoryAgentTurnStore):
+        def renew_lease(self, turn_id: str, *args: Any) -> bool:
+            talking.append("renewing")
+            entered.set()
+            finish.wait(5)
+            talking.append("renewed")
+            return True
+
+    keeper = LeaseKeeper()
+    held = HeldLease(Slow(), "t1", LeaseInfo(owner="w", lease_id="l", until=0.0), 3.0, 0.0)
+    keeper.hold(held)
+    assert entered.wait(5)
+
+    # When a releasing thread drops it while the renewal still talks to the store
+    dropped = threading.Event()
+    dropper = threading.Thread(target=lambda: (keeper.drop(held), dropped.set()))
+    dropper.start()
+
+    # Then the drop returns only once the renewal is over (the store may be closed after)
+    assert not dropped.wait(0.2)
+    finish.set()
+    assert dropped.wait(5)
+    dropper.join(5)
+    assert talking == ["renewing", "renewed"]
+    assert keeper._held == {}
+
+
+def test_a_drop_never_waits_on_another_lease_renewal() -> None:
+    # Given two held leases, one of them stuck renewing on an unreachable store
+    import threading
+
+    from runner_core._engine.leases import LeaseKeeper
+
+    entered, finish = threading.Event(), threading.Event()
+
+    class Stuck(InMemoryAgentTurnStore):
+        def renew_lease(self, turn_id: str, *args: Any) -> bool:
+            entered.set()
+            finish.wait(5)
+            return True
+
+    keeper = LeaseKeeper()
+    info = LeaseInfo(owner="w", lease_id="l", until=0.0)
+    stuck = HeldLease(Stuck(), "t1", info, 0.6, 0.0)
+    other = HeldLease(InMemoryAgentTurnStore(), "t2", info, 3.0, time.monotonic())
+    keeper.hold(stuck)
+    keeper.hold(other)
+    assert entered.wait(5)
+
+    # When the other one is dropped, then the stuck one
+    started = time.monotonic()
+    keeper.drop(other)
+    # Then the other returns at once, the stuck one after at most its lease's length
+    assert time.monotonic() - started < 0.3
+    keeper.drop(stuck)
+    assert 0.4 < time.monotonic() - started < 3.0
+    finish.set()
+
+
+def test_a_lease_under_a_millisecond_is_claimed_as_one(store: InMemoryAgentTurnStore) -> None:
+    # Given a policy asking for a lease shorter than the store's unit (whole milliseconds)
+    runner = AgentRunner(turn_store=store, policy=AgentExecutionPolicy(lease_seconds=0.0004))
+    script = Script(then="done")
+    turn = runner.start(agent(script), "hi")
+
+    # When a worker claims the turn, then it holds it for a millisecond: not refused as 0 ms
+    before = store.now()
+    held = runner.claim(turn.id, "w")
+    after = store.now()
+    assert held is not None and held.state.lease is not None
+    assert before + 0.001 - 1e-6 <= held.state.lease.until <= after + 0.001 + 1e-6
+    runner.release(held)
