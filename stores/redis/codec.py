@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from pydantic import ValidationError
@@ -65,6 +66,10 @@ _OMISSIBLE: tuple[tuple[str, Any], ...] = tuple(
 
 
 _FROM_HEADER = frozenset({"id", *HEADER_HELD})
+_NEVER_IN_BODY = STORE_OWNED | _FROM_HEADER
+#: The omissible fields read in one go, with the type and value of their default.
+_READ_OMISSIBLE = attrgetter(*(name for name, _ in _OMISSIBLE))
+_DEFAULTS = tuple((name, type(default), default) for name, default in _OMISSIBLE)
 
 #: Header fields an operator listing reads (HMGET order of ``TurnSummary.of``).
 SUMMARY_FIELDS = ("st", "agent", "root", "par", "conv", "v", "ca", "ua", "lo", "lu", "cx")
@@ -103,7 +108,7 @@ def turn_block(s: AgentTurnSnapshot, expected: int, stored: int) -> list[Arg]:
         s.status.value,
         "" if s.next_runnable_at is None else repr(float(s.next_runnable_at)),
         "1" if s.cancel_requested else "0",
-        json.dumps(s.cancel_reason),
+        "null" if s.cancel_reason is None else json.dumps(s.cancel_reason),
         str(stored),
         msgs[stored - 1].id if stored else "",
         msgs[-1].id if msgs else "",
@@ -127,11 +132,12 @@ def body_json(s: AgentTurnSnapshot) -> str:
     top-level fields are left out, so nested models and a user's dicts keep every value
     they hold.
     """
-    exclude = STORE_OWNED | _FROM_HEADER
-    for name, default in _OMISSIBLE:
-        if _same(getattr(s, name), default):
-            exclude.add(name)
-    return s.model_dump_json(exclude=exclude)
+    exclude = {
+        name
+        for (name, kind, default), value in zip(_DEFAULTS, _READ_OMISSIBLE(s), strict=True)
+        if type(value) is kind and value == default
+    }
+    return s.model_dump_json(exclude=exclude | _NEVER_IN_BODY)
 
 
 def _dump(message: Message) -> bytes:

@@ -11,8 +11,8 @@ is sent whole.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
+from functools import lru_cache
 
 from pydantic_core import to_json
 
@@ -28,13 +28,18 @@ PER_EVENT = 4
 
 def shared_fields(s: AgentTurnSnapshot) -> bytes:
     """The fields naming the turn, as they stand in its stored events (no braces)."""
-    doc: dict[str, str] = {"turn_id": s.id}
-    if s.root_turn_id != s.id:
-        doc["root_turn_id"] = s.root_turn_id
-    if s.parent_turn_id is not None:
-        doc["parent_turn_id"] = s.parent_turn_id
-    doc["agent_id"] = s.agent_id
-    doc["agent_version"] = s.agent_version
+    return _naming(s.id, s.root_turn_id, s.parent_turn_id, s.agent_id, s.agent_version)
+
+
+@lru_cache(maxsize=1024)  # a turn's commits all send the same
+def _naming(turn_id: str, root: str, parent: str | None, agent: str, version: str) -> bytes:
+    doc: dict[str, str] = {"turn_id": turn_id}
+    if root != turn_id:
+        doc["root_turn_id"] = root
+    if parent is not None:
+        doc["parent_turn_id"] = parent
+    doc["agent_id"] = agent
+    doc["agent_version"] = version
     return to_json(doc)[1:-1]
 
 
@@ -52,8 +57,20 @@ def _fits(s: AgentTurnSnapshot, e: AgentEvent) -> bool:
 
 
 def _common(parts: list[bytes]) -> bytes:
-    prefix = os.path.commonprefix(parts) if len(parts) > 1 else b""
-    return prefix if isinstance(prefix, bytes) else b""
+    """The longest prefix of every part (none for fewer than two), by halving its length."""
+    if len(parts) < 2:
+        return b""
+    low, high = min(parts), max(parts)  # what the least and the greatest share, all share
+    if low == high:
+        return low
+    fits, over = 0, min(len(low), len(high)) + 1
+    while over - fits > 1:
+        mid = (fits + over) // 2
+        if high.startswith(low[:mid]):
+            fits = mid
+        else:
+            over = mid
+    return low[:fits]
 
 
 def event_args(s: AgentTurnSnapshot, events: Sequence[AgentEvent]) -> list[Arg]:

@@ -9,8 +9,12 @@ or do not share, and an event about another turn goes whole.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from typing import cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner_core import AgentEventType, Commit
 from runner_core.events import AgentEvent, make_event, stored_event_json
@@ -93,3 +97,21 @@ def test_what_the_events_share_is_sent_once() -> None:
     sent = sum(len(a) for a in args)
     assert sent < sum(len(stored_event_json(e)) for e in events) / 2
     assert sum(s.id.encode() in bytes(a) for a in args if isinstance(a, bytes)) == 1
+
+
+_SHARING = st.builds(
+    lambda base, tails: [base + tail for tail in tails],
+    st.binary(max_size=8),
+    st.lists(st.binary(max_size=4), max_size=5),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_SHARING, st.lists(st.binary(max_size=12), max_size=5)))
+def test_the_shared_prefix_is_the_longest_one(parts: list[bytes]) -> None:
+    # the prefix the events share is the longest every part starts with (none for fewer
+    # than two), whatever the parts hold: equal, empty, one a prefix of another
+    from stores.redis.entries import _common
+
+    want = os.path.commonprefix(parts) if len(parts) > 1 else b""
+    assert _common(parts) == want
