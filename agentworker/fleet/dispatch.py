@@ -6,11 +6,14 @@ object, binding and copying the queue to declare it again); the dispatcher build
 message with Celery's own ``app.amqp.create_task_message`` and publishes it with
 ``app.amqp.send_task_message`` through a producer of the app's producer pool: the same
 message, the same publish retry policy, and ``before_task_publish``/``after_task_publish``
-still fire.
+still fire. On the Redis transport the producer's channel publishes through its own
+client (``own_client``) instead of a new ``redis.Redis`` per message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
@@ -53,6 +56,7 @@ class CeleryDispatcher:
         )
         queue = amqp.queues[self.queue]
         with self.app.producer_pool.acquire(block=True) as producer:
+            redis_transport = producer.connection.transport.driver_type == "redis"
             try:
                 amqp.send_task_message(
                     producer,
@@ -61,14 +65,39 @@ class CeleryDispatcher:
                     queue=queue,
                     # The Redis transport routes by queue name with nothing declared; other
                     # brokers get the queue declared (kombu declares it once per connection).
-                    declare=[] if producer.connection.transport.driver_type == "redis" else None,
+                    declare=[] if redis_transport else None,
                 )
+                if redis_transport:  # after a publish: the channel is open by then
+                    own_client(producer.channel)
             except producer.connection.channel_errors as exc:
                 configured = (queue.queue_arguments or {}).get("x-queue-type", "classic")
                 error = mismatch(exc, configured)
                 if error is None:
                     raise
                 raise error from exc
+
+
+def own_client(channel: Any) -> None:
+    """Have a kombu Redis channel publish through its own client, built once.
+
+    kombu's Redis channel builds a ``redis.Redis`` on its connection pool for every
+    message it puts (``conn_or_acquire`` without a client): about 150 µs of a 1.8 ms
+    one-step task, measured in process on a local broker.
+    One such client, built the same way on the same pool, is kept and used for every
+    later message. A revived channel is a new object and keeps its own after its first
+    publish.
+    """
+    if getattr(channel, "_agentworker_own_client", False):
+        return
+    with channel.conn_or_acquire() as built:
+        own = built
+
+    @contextmanager
+    def conn_or_acquire(client: Any = None) -> Iterator[Any]:
+        yield client or own
+
+    channel.conn_or_acquire = conn_or_acquire
+    channel._agentworker_own_client = True
 
 
 def _parent_ids(app: Celery) -> tuple[str | None, str | None]:

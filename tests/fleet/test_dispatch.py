@@ -97,3 +97,37 @@ def test_an_unreachable_broker_raises_after_the_publish_retry_policy() -> None:
     # retries (at the floors, kombu 5.4 with redis-py 5.3, both take about 6 s)
     if tuple(int(x) for x in kombu.__version__.split(".")[:2]) >= (5, 5):
         assert ours < 2.0
+
+
+def test_wake_ups_reuse_the_channel_client_and_survive_a_broker_restart(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a dispatcher on its own broker
+    server = RedisServer(tmp_path / "broker", appendonly=False).start()
+    queue = redis.Redis(port=server.port, db=1)
+    app = create_app(Settings(broker_url=f"redis://127.0.0.1:{server.port}/1"))
+    dispatcher = CeleryDispatcher(app, "agentworker.steps")
+    dispatcher("first")
+    built = []
+    init = redis.Redis.__init__
+
+    def counting(self: redis.Redis, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    # When it sends 50 more wake-ups, counting the redis clients built meanwhile
+    monkeypatch.setattr(redis.Redis, "__init__", counting)
+    for n in range(50):
+        dispatcher(f"turn-{n}")
+    monkeypatch.undo()
+    # Then all are queued, and no client was built for them (kombu builds one per message)
+    assert queue.llen("agentworker.steps") == 51
+    assert built == []
+    # And after the broker restarts, the next wake-ups reach it too
+    server.stop()
+    server.start()
+    for n in range(3):
+        dispatcher(f"again-{n}")
+    assert queue.llen("agentworker.steps") == 3  # the restarted broker kept nothing
+    app.close()
+    server.stop()
