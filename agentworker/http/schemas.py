@@ -61,7 +61,8 @@ class StartBody(BaseModel):
     def check(self, limits: BodyLimits) -> None:
         """422 when the input or the metadata is larger than allowed."""
         if len(self.input) > limits.max_input_chars:
-            raise PayloadTooLargeError("input", len(self.input), limits.max_input_chars, "input")
+            size, limit = len(self.input), limits.max_input_chars
+            raise PayloadTooLargeError("input", size, limit, "input", unit="characters")
         _check_metadata(self.metadata, limits)
 
 

@@ -379,3 +379,18 @@ def test_console_pages_cannot_be_framed_and_load_only_their_own_assets(http: Tes
     assert anonymous.status_code == 303 and anonymous.headers["location"] == "/console/login"
     page = http.get("/console", headers=bearer("acme-ro"))
     assert page.status_code == 200 and page.headers["X-Frame-Options"] == "DENY"
+
+
+def test_an_input_over_its_limit_is_counted_in_characters(http: TestClient) -> None:
+    # 600 two-byte characters are 1,200 bytes but within the 1,000-character limit
+    fits = http.post(
+        "/turns", json={"agent": "pay-agent", "input": "é" * 600}, headers=bearer("acme-rw")
+    )
+    assert fits.status_code != 422, fits.text
+    over = http.post(
+        "/turns", json={"agent": "pay-agent", "input": "é" * 1001}, headers=bearer("acme-rw")
+    )
+    assert over.status_code == 422
+    assert over.json()["error"]["message"] == (
+        "input is 1001 characters or more; the limit is 1000"
+    )
