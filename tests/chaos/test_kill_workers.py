@@ -15,6 +15,7 @@ from tests.support.servers import Fleet, RedisServer
 pytestmark = pytest.mark.chaos
 
 
+@pytest.mark.timeout(300)  # drive() below allows 240 s
 def test_sigkill_storm_loses_and_doubles_nothing(
     fleet: Fleet, producer_env: dict[str, str], redis_server: RedisServer
 ) -> None:

@@ -104,6 +104,7 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> An
     raise AssertionError(what)
 
 
+@pytest.mark.timeout(240)  # room for a held hint (below)
 def test_notifications_survive_failures_and_a_worker_restart_with_one_id_each(
     fleet: Fleet, env: dict[str, str], receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -134,7 +135,13 @@ def test_notifications_survive_failures_and_a_worker_restart_with_one_id_each(
             if status == 204 and json.loads(body)["type"] == kind
         ]
 
-    eventually(lambda: delivered("turn.waiting_for_approval"), "approval never delivered")
+    # (a hint w1 had reserved when it was killed waits out its hold, HOLD_SECONDS,
+    # before the sweep sends another: the notification is late, never lost)
+    eventually(
+        lambda: delivered("turn.waiting_for_approval"),
+        "approval never delivered",
+        timeout=webhooks.HOLD_SECONDS + 30,
+    )
 
     # And after the approval, the end is notified too (first try this time)
     call_id = runner.store.load(turn_id).suspension.correlation_id  # type: ignore[union-attr]
