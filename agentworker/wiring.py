@@ -56,7 +56,9 @@ def make_runner(
     runner.unloadable_grace_seconds = settings.unloadable_grace_seconds
     on_lease_cut(metrics.lease_cut)  # once per process, however many runners it builds
     if settings.events_enabled:
-        runner.add_event_listener(event_bridge(settings))
+        bridge = event_bridge(settings)
+        bridge.streams.ride_with(store)  # provisional events ride in the step's commit
+        runner.add_event_listener(bridge)
     add_webhooks(runner, settings, app)
     return runner
 

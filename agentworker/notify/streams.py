@@ -4,8 +4,9 @@ One stream per turn tree, ``{namespace}:{<tag>}:ev:<root id>``, in the tree's ha
 (the store's tag of the tree), so the store's commit script appends the tree's committed
 events atomically with the change they describe. Entries hold ``event`` (the AgentEvent as
 JSON) and, for committed events, ``seq`` (the turn's event number, 1, 2, 3, ...).
-Provisional events (model/tool started, deltas, tool progress) are appended at once by
-``RedisEventBridge``, marked ``"provisional": true`` with the ``attempt`` that made them:
+Provisional events (model/tool started, deltas, tool progress) are appended by
+``RedisEventBridge`` (riding in the store's next commit when ``make_runner`` wires them,
+``stores.redis.riders``), marked ``"provisional": true`` with the ``attempt`` that made them:
 an attempt whose work was never committed (a fenced or killed worker) shows up as
 provisional events with no committed events after them. The stream is trimmed to about
 ``maxlen`` entries and expires ``ttl_after_end`` seconds after the root's terminal event.
@@ -89,8 +90,10 @@ class RedisEventBridge:
     With a Redis store the commit already wrote every committed event, so the bridge
     writes only provisional ones (the default). With another store (the embedded
     in-memory one) pass ``committed=True``: it then writes committed events too, after
-    their commit. Provisional *started* events are written at once, so a follower sees a long
-    tool call begin when it begins; deltas wait at most ``max_delay``.
+    their commit. Provisional *started* events are flushed at once, so a follower sees a long
+    tool call begin when it begins; deltas wait at most ``max_delay``. After
+    ``bridge.streams.ride_with(store)`` a flush rides in the store's next commit, or goes
+    on its own 20 ms later (``stores.redis.riders``).
     """
 
     def __init__(

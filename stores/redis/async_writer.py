@@ -31,7 +31,7 @@ from stores.redis.codec import Arg, text
 from stores.redis.connection import async_client, async_retry, async_twin
 from stores.redis.scripts import Call, NeedKeys, cancelled, code_of, loaded, saved
 from stores.redis.sweeper import lower_due
-from stores.redis.writer import check_prefix
+from stores.redis.writer import check_prefix, own_replies
 
 if TYPE_CHECKING:
     from stores.redis.store import RedisAgentTurnStore
@@ -152,7 +152,9 @@ class AsyncWriter:
         writer = self.store.writer
         keys, args, before, after = writer.plan(tag, c, stored, every_key)
         call: Call = (self.store.scripts["commit"], keys, args)
-        replies = await self.pipelined([call], before, after)
+        riding = writer.riding(c)
+        replies = await self.pipelined([call], [*riding, *before], after, lenient=len(riding))
+        replies = own_replies(replies, riding)
         reply = replies[len(before)]
         if code_of(reply) not in ("OK", "MISMATCH"):
             ours = writer.entries_set(c, replies[: len(before) + 1])
@@ -224,6 +226,8 @@ class AsyncWriter:
         calls: Sequence[Call],
         before: Sequence[Sequence[Arg]] = (),
         after: Sequence[Sequence[Arg]] = (),
+        *,
+        lenient: int = 0,
     ) -> list[Any]:
         """``Scripts.pipelined`` over asyncio: one round trip, NOSCRIPT handled the same way."""
         client = self.clients.current()
@@ -237,7 +241,7 @@ class AsyncWriter:
             for i, reply in zip(missing, again, strict=False):
                 scripted[i] = reply
             replies = [*replies[: len(before)], *scripted, *again[len(missing) :]]
-        for reply in replies:
+        for reply in replies[lenient:]:
             if isinstance(reply, Exception):
                 raise reply
         return replies

@@ -45,6 +45,7 @@ from runner_core.status import AgentTurnStatus
 from runner_core.store import CancelResult, SaveResult
 from stores.redis.codec import Arg, fields_of, text
 from stores.redis.connection import is_cluster
+from stores.redis.wire import Wire
 
 _HERE = Path(__file__).parent / "lua"
 _WITH_LIB = (
@@ -115,6 +116,9 @@ class Scripts:
         self.redis = redis
         #: A cluster client: script calls go one by one, routed by their slot.
         self.cluster = is_cluster(redis)
+        #: A single server's calls go as one packed write on a pooled connection.
+        self.wire = Wire(redis)
+        self.direct = self.wire.usable and not self.cluster
         lib = _schema_lines() + _source("_lib")
         self.by_name: dict[str, Script] = {}
         for name in _WITH_LIB:
@@ -129,7 +133,9 @@ class Scripts:
         """EVALSHA one script (SCRIPT LOAD and retry on NOSCRIPT)."""
         if self.cluster:
             return self._on_its_node(self.by_name[name], keys, args)
-        return self.by_name[name](keys=keys, args=args)
+        if not self.direct:
+            return self.by_name[name](keys=keys, args=args)
+        return self.pipelined([(self.by_name[name], keys, args)])[0]
 
     def _on_its_node(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA routed by the first key; on NOSCRIPT, EVAL there (which caches it).
@@ -147,8 +153,13 @@ class Scripts:
         calls: Sequence[Call],
         before: Sequence[Sequence[Arg]] = (),
         after: Sequence[Sequence[Arg]] = (),
+        *,
+        lenient: int = 0,
     ) -> list[Any]:
         """Plain commands, script calls, plain commands, in one round trip; every reply.
+
+        An error reply raises, except for the first ``lenient`` commands before: their
+        errors are returned in their place.
 
         On NOSCRIPT (an empty script cache after a restart) the scripts are loaded and the
         calls turned away are sent again with what follows them. The commands before and
@@ -168,7 +179,7 @@ class Scripts:
             for i, reply in zip(missing, again, strict=False):
                 scripted[i] = reply
             replies = [*replies[: len(before)], *scripted, *again[len(missing) :]]
-        for reply in replies:
+        for reply in replies[lenient:]:
             if isinstance(reply, Exception):
                 raise reply
         return replies
@@ -233,6 +244,9 @@ class Scripts:
         before: Sequence[Sequence[Arg]],
         after: Sequence[Sequence[Arg]] = (),
     ) -> list[Any]:
+        if self.direct:
+            sent = [("EVALSHA", s.sha, len(keys), *keys, *args) for s, keys, args in calls]
+            return self.wire.exchange([*before, *sent, *after])
         pipe = self.redis.pipeline(transaction=False)
         for command in before:
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]

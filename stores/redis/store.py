@@ -47,6 +47,7 @@ from stores.redis.connection import Guard, connect
 from stores.redis.keys import PARTITION_BUCKETS, Keyspace
 from stores.redis.memory import RedisChatMemory
 from stores.redis.options import Tuning
+from stores.redis.riders import StreamRiders
 from stores.redis.scanner import Scanner
 from stores.redis.scripts import Loaded, Scripts, answered, cancelled, code_of, loaded
 from stores.redis.streams import EventStreams
@@ -134,6 +135,17 @@ class RedisAgentTurnStore(AsyncTurnMethods):
     def records_events(self) -> bool:
         """Commits write their events to the tree's stream (the runner asks)."""
         return self.tuning.records_events
+
+    def carry(self, riders: StreamRiders) -> bool:
+        """Send the stream entries waiting in ``riders`` in each commit's round trip.
+
+        Only on a single server through a pooled client (the commit is one packed write
+        there): False otherwise, and nothing changes. ``EventStreams.ride_with`` calls it.
+        """
+        if not self.scripts.direct:
+            return False
+        self.writer.riders = riders
+        return True
 
     # -- the AgentTurnStore protocol -----------------------------------------------------
     def now(self) -> float:

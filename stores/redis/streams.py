@@ -12,6 +12,7 @@ is trimmed to about ``maxlen`` entries; once the root's terminal event is in it,
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,9 @@ from runner_core.events import TERMINAL_EVENTS, AgentEvent, event_from_dict, sto
 from stores.redis.codec import text
 from stores.redis.connection import make_client
 from stores.redis.keys import Keyspace
+from stores.redis.riders import DELAY, Command, StreamRiders
+
+log = logging.getLogger("stores.redis.streams")
 
 #: One stream entry: its id and the event as a dict (``sequence`` set for committed ones).
 Entry = tuple[str, dict[str, Any]]
@@ -95,6 +99,14 @@ def _ends_tree(event: AgentEvent) -> bool:
     return event.type in TERMINAL_EVENTS and event.turn_id == event.root_turn_id
 
 
+def _same_server(a: Any, b: Any) -> bool:
+    """Whether two pooled clients talk to the same server and database."""
+    pools = [getattr(c, "connection_pool", None) for c in (a, b)]
+    wanted = ("host", "port", "path", "db")
+    found = [{k: p.connection_kwargs.get(k) for k in wanted} for p in pools if p is not None]
+    return len(found) == 2 and found[0] == found[1]
+
+
 class EventStreams:
     """The event streams of one namespace, through a synchronous client."""
 
@@ -102,6 +114,23 @@ class EventStreams:
         self.redis = redis
         self.keys = keys
         self._local = threading.local()
+        #: Where appends wait for the store's next commit (``ride_with``); None: sent at once.
+        self.riders: StreamRiders | None = None
+
+    def ride_with(self, store: Any, delay: float = DELAY) -> bool:
+        """Send entries in the round trip of ``store``'s next commit; False if it cannot.
+
+        ``store`` (a ``RedisAgentTurnStore`` on the same server) takes them ahead of its
+        commit script; what no commit takes within ``delay`` seconds goes on its own.
+        Entries that end a tree are still sent at once (their reply starts the expiry).
+        """
+        if not _same_server(self.redis, store.redis):
+            return False
+        riders = StreamRiders(self._send_riding, delay)
+        if not store.carry(riders):
+            return False
+        self.riders = riders
+        return True
 
     def tag(self, root_turn_id: str) -> str:
         """The store tag of a tree (one GET, then cached)."""
@@ -113,16 +142,15 @@ class EventStreams:
 
     def append(self, events: Sequence[AgentEvent], maxlen: int, ttl_after_end: int) -> None:
         """Append ``events`` to their trees' streams; a root's end starts the expiry."""
+        if self.riders is not None and not any(_ends_tree(e) for e in events):
+            for event in events:
+                self.riders.put(event.turn_id, [self._xadd(event, maxlen)])
+            return
         pipe = self._pipeline()
         trees: list[tuple[str, str]] = []
         for event in events:
-            root = event.root_turn_id
-            tag = self.tag(root)
-            trees.append((tag, root))
-            fields: dict[str, Any] = {"event": stored_event_json(event)}
-            if not event.provisional:
-                fields = {"seq": event.sequence, **fields}
-            pipe.xadd(self.keys.events(tag, root), fields, maxlen=maxlen, approximate=True)
+            trees.append((self.tag(event.root_turn_id), event.root_turn_id))
+            pipe.execute_command(*self._xadd(event, maxlen))
         ids = pipe.execute()
         ends = [
             (tree, stream_id)
@@ -136,6 +164,27 @@ class EventStreams:
             pipe.set(self.keys.events_end(tag, root), stream_id, ex=ttl_after_end)
             pipe.expire(self.keys.events(tag, root), ttl_after_end)
         pipe.execute()
+
+    def _xadd(self, event: AgentEvent, maxlen: int) -> Command:
+        """The XADD of one event: ``seq`` (committed ones) and ``event``, trimmed to ~maxlen."""
+        root = event.root_turn_id
+        key = self.keys.events(self.tag(root), root)
+        body = stored_event_json(event)
+        if event.provisional:
+            return ("XADD", key, "MAXLEN", "~", str(maxlen), "*", "event", body)
+        seq = str(event.sequence)
+        return ("XADD", key, "MAXLEN", "~", str(maxlen), "*", "seq", seq, "event", body)
+
+    def _send_riding(self, commands: Sequence[Command]) -> None:
+        """Send what no commit took in time; a failure is logged, never raised."""
+        try:
+            pipe = self._pipeline()
+            for command in commands:
+                pipe.execute_command(*command)
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - events are best effort by design
+            self.drop_pipeline()
+            log.warning("%d stream entries not written: %s", len(commands), exc)
 
     def drop_pipeline(self) -> None:
         """Forget this thread's pipeline (after an error: its connection may be broken)."""

@@ -5,12 +5,16 @@ after the stored count this process knows (``cache.Known``). If that count is of
 process appended), the script answers MISMATCH with the stored count and the commit is
 sent again once, after checking the snapshot still holds the stored history. A creation
 also writes the turn's global ``id -> tag`` entry (and the partition indexes) in the same
-round trip, before the script.
+round trip, before the script, and so do the stream entries of provisional events that
+wait for it (``riders``: they land ahead of the commit's own events).
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from redis import Redis
 
@@ -25,8 +29,11 @@ from stores.redis.codec import Arg, turn_block
 from stores.redis.entries import event_args
 from stores.redis.keys import Keyspace
 from stores.redis.options import Tuning
+from stores.redis.riders import Command, StreamRiders
 from stores.redis.scripts import Mismatch, NeedKeys, Scripts, code_of, saved
 from stores.redis.sweeper import lower_due
+
+log = logging.getLogger("stores.redis.writer")
 
 #: commit.lua's KEYS and ARGV, and the plain commands sent before and after it.
 Planned = tuple[list[str], list[Arg], list[tuple[Arg, ...]], list[tuple[Arg, ...]]]
@@ -51,6 +58,8 @@ class Writer:
         self.cache: TurnCache = tags.cache
         self.clock = clock
         self.tuning = tuning
+        #: Stream entries sent ahead of each commit script (``RedisAgentTurnStore.carry``).
+        self.riders: StreamRiders | None = None
 
     def commit(self, c: Commit) -> SaveResult:
         """Run commit.lua for ``c``: create or compare-and-set update, all checks in the script."""
@@ -86,15 +95,23 @@ class Writer:
     def _call(self, tag: str, c: Commit, stored: int, every_key: bool) -> object:
         """The commit script and, in the same round trip, the index writes around it."""
         keys, args, before, after = self.plan(tag, c, stored, every_key)
-        if not before and not after:
+        riding = self.riding(c)
+        if not before and not after and not riding:
             return self.scripts.run("commit", keys, args)
-        replies = self.scripts.pipelined([(self.scripts["commit"], keys, args)], before, after)
+        replies = self.scripts.pipelined(
+            [(self.scripts["commit"], keys, args)], [*riding, *before], after, lenient=len(riding)
+        )
+        replies = own_replies(replies, riding)
         reply = replies[len(before)]
         if code_of(reply) not in ("OK", "MISMATCH"):
             ours = self.entries_set(c, replies[: len(before) + 1])
             if ours:
                 self.redis.delete(*ours)
         return reply
+
+    def riding(self, c: Commit) -> list[Command]:
+        """The stream entries of ``c``'s turn that wait to go ahead of its script."""
+        return self.riders.take(c.snapshot.id) if self.riders is not None else []
 
     def plan(self, tag: str, c: Commit, stored: int, every_key: bool = False) -> Planned:
         """KEYS and ARGV of commit.lua, and the index writes sent before and after it."""
@@ -258,3 +275,16 @@ def check_prefix(s: AgentTurnSnapshot, mismatch: Mismatch) -> None:
         raise HistoryRewrittenError(
             s.id, f"save has {len(s.messages)} messages, the {n} stored ones differ"
         )
+
+
+def own_replies(replies: list[Any], riding: Sequence[Command]) -> list[Any]:
+    """A commit's replies without those of the entries that rode ahead of it.
+
+    Those entries are best effort: one the server refused is logged.
+    """
+    if not riding:
+        return replies
+    refused = [r for r in replies[: len(riding)] if isinstance(r, Exception)]
+    if refused:
+        log.warning("%d stream entries not written: %s", len(refused), refused[0])
+    return replies[len(riding) :]

@@ -270,9 +270,21 @@ def test_the_event_stream_resumes_after_a_disconnect_without_gaps(
     sequences = [(e["turn_id"], e["sequence"]) for e in committed]
     assert len(set(sequences)) == len(sequences)  # provisional ones repeat the last
     assert {e["data"]["status"] for _, e in rest} >= {"RUNNING", "COMPLETED"}
+    # and each call's start is in the stream before its end (the workers' provisional
+    # events ride in their commits, ahead of the script)
+    started = {"MODEL": 0, "TOOL": 0}
+    ended = {"MODEL": 0, "TOOL": 0}
+    for _, e in full:
+        kind, _, what = e["type"].partition("_")
+        if kind in started and what == "STARTED":
+            started[kind] += 1
+        elif kind in ended and what in ("COMPLETED", "FAILED"):
+            ended[kind] += 1
+            assert ended[kind] <= started[kind], [x["type"] for _, x in full]
+    assert ended["MODEL"] >= 2 and ended["TOOL"] >= 1
     # and a reconnect after the end is told there is nothing more
-    ended = http.get(f"/turns/{turn_id}/events", headers={**BEARER, "Last-Event-ID": rest[-1][0]})
-    assert ended.status_code == 204
+    answer = http.get(f"/turns/{turn_id}/events", headers={**BEARER, "Last-Event-ID": rest[-1][0]})
+    assert answer.status_code == 204
 
 
 def rss_mib(pid: int) -> float:

@@ -58,6 +58,34 @@ def bridged_runner(client: redis.Redis, ns: str, **kwargs: Any) -> AgentRunner:
     return runner
 
 
+def one_call_then_done(name: str) -> FunctionModel:
+    """A model that calls the tool ``name`` once, then answers "done"."""
+
+    def answer(request: ModelRequest) -> AiMessage:
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            return AiMessage("done")
+        return AiMessage(tool_calls=[ToolCall(id="c1", name=name, arguments={})])
+
+    return FunctionModel(answer)
+
+
+#: The stream of a turn of ``approval_agent`` run into its approval.
+APPROVAL_STREAM = [
+    ("SNAPSHOT_SAVED", False),
+    ("TURN_STARTED", True),
+    ("STEP_STARTED", True),
+    ("MODEL_STARTED", True),
+    ("MODEL_COMPLETED", False),
+    ("SNAPSHOT_SAVED", False),
+    ("STEP_COMPLETED", False),
+    ("STEP_STARTED", True),  # streamed before the commit that follows it
+    ("SNAPSHOT_SAVED", False),
+    ("STEP_COMPLETED", False),
+    ("TOOL_APPROVAL_REQUESTED", False),
+    ("TURN_SUSPENDED", False),
+]
+
+
 def event(type: AgentEventType, turn_id: str, root: str, **data: Any) -> AgentEvent:
     return AgentEvent(
         event_id=uuid.uuid4().hex,
@@ -347,12 +375,7 @@ def test_a_tools_start_reaches_the_stream_while_the_tool_runs(
         seen_during.extend((e["type"], e["provisional"]) for _, e in read_events(client, ns, root))
         return "ok"
 
-    def answer(request: ModelRequest) -> AiMessage:
-        if any(isinstance(m, ToolMessage) for m in request.messages):
-            return AiMessage("done")
-        return AiMessage(tool_calls=[ToolCall(id="c1", name="slow", arguments={})])
-
-    turn = runner.run(Agent("slow-agent", FunctionModel(answer), tools=[slow]), "go")
+    turn = runner.run(Agent("slow-agent", one_call_then_done("slow"), tools=[slow]), "go")
 
     # Then while the tool ran, its start (provisional) was already there, its end not yet
     assert turn.status is AgentTurnStatus.COMPLETED
@@ -381,18 +404,124 @@ def test_the_stream_has_each_step_start_before_the_step(
 
     assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
     full = [(e["type"], e["provisional"]) for _, e in read_events(client, ns, turn.id)]
-    assert full == [
-        ("SNAPSHOT_SAVED", False),
-        ("TURN_STARTED", True),
-        ("STEP_STARTED", True),
-        ("MODEL_STARTED", True),
-        ("MODEL_COMPLETED", False),
-        ("SNAPSHOT_SAVED", False),
-        ("STEP_COMPLETED", False),
-        ("STEP_STARTED", True),  # streamed before the commit that follows it
-        ("SNAPSHOT_SAVED", False),
-        ("STEP_COMPLETED", False),
-        ("TOOL_APPROVAL_REQUESTED", False),
-        ("TURN_SUSPENDED", False),
-    ]
+    assert full == APPROVAL_STREAM
     store.close()
+
+
+def riding_runner(server: RedisServer, client: redis.Redis, ns: str) -> tuple[AgentRunner, Any]:
+    """The production wiring: provisional events ride in the commits of the Redis store."""
+    from stores import RedisAgentTurnStore
+
+    store = RedisAgentTurnStore(server.url, namespace=ns)
+    bridge = RedisEventBridge(client, ns)
+    assert bridge.streams.ride_with(store)
+    runner = AgentRunner(turn_store=store)
+    runner.add_event_listener(bridge)
+    return runner, store
+
+
+def test_riding_events_land_before_their_commit_in_the_commits_round_trip(
+    server: RedisServer, client: redis.Redis, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stores.redis.wire import Wire
+
+    # Given the production wiring and a turn that was started
+    runner, store = riding_runner(server, client, ns)
+    turn = runner.start(approval_agent(), "pay 5")
+    exchanges: list[list[str]] = []
+    pipelines: list[int] = []
+    real_exchange, real_execute = Wire.exchange, redis.client.Pipeline.execute
+
+    def exchange(self: Wire, commands: Any) -> Any:
+        exchanges.append([str(c[0]) for c in commands])
+        return real_exchange(self, commands)
+
+    def execute(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
+        pipelines.append(len(self.command_stack))
+        return real_execute(self, *args, **kwargs)
+
+    # When it takes its model step
+    monkeypatch.setattr(Wire, "exchange", exchange)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    runner.step(turn)
+    monkeypatch.undo()
+
+    # Then the commit's round trip carried the turn's, the step's and the call's start,
+    # ahead of its script (a direct runner also reads the turn's control before the call)
+    assert pipelines == []
+    assert [c[:4] for c in exchanges if "XADD" in c] == [["XADD", "XADD", "XADD", "EVALSHA"]]
+    assert sum(c.count("XADD") for c in exchanges) == 3
+    # And the rest of the turn streams in the same order as when the bridge sent at once
+    runner.run_until_blocked(turn)
+    assert turn.status is AgentTurnStatus.WAITING_FOR_APPROVAL
+    full = [(e["type"], e["provisional"]) for _, e in read_events(client, ns, turn.id)]
+    assert full == APPROVAL_STREAM
+    store.close()
+
+
+def test_a_riding_tool_start_is_streamed_while_the_tool_runs(
+    server: RedisServer, client: redis.Redis, ns: str
+) -> None:
+    # Given the production wiring and a tool that waits until its start is in the stream
+    runner, store = riding_runner(server, client, ns)
+    waited: list[float] = []
+
+    @tool
+    def patient() -> str:
+        """Waits to see its own start."""
+        from runner_core import AgentToolContext
+
+        root = AgentToolContext.current().turn_id
+        started = time.monotonic()
+        while time.monotonic() - started < 5:
+            if any(e["type"] == "TOOL_STARTED" for _, e in read_events(client, ns, root)):
+                waited.append(time.monotonic() - started)
+                return "seen"
+            time.sleep(0.005)
+        return "never seen"
+
+    # When it runs: no commit follows the start while the tool waits
+    turn = runner.run(Agent("patient-agent", one_call_then_done("patient"), tools=[patient]), "go")
+
+    # Then the start went on its own, soon (the riders' delay, not the tool's end)
+    assert turn.status is AgentTurnStatus.COMPLETED
+    assert turn.messages[-2].content == "seen"  # type: ignore[union-attr]
+    assert waited[0] < 1.0, waited
+    full = [e for _, e in read_events(client, ns, turn.id, count=1000)]
+    types = [e["type"] for e in full]
+    assert types.index("TOOL_STARTED") < types.index("TOOL_COMPLETED")
+    assert types.count("TOOL_STARTED") == 1
+    store.close()
+
+
+def test_entries_ride_only_with_a_store_on_the_same_server(
+    server: RedisServer, client: redis.Redis, ns: str, tmp_path: Any
+) -> None:
+    from stores import RedisAgentTurnStore
+
+    other = RedisServer(tmp_path / "other", appendonly=False).start()
+    try:
+        elsewhere = RedisAgentTurnStore(other.url, namespace=ns)
+        single = RedisAgentTurnStore(
+            redis.Redis(port=server.port, single_connection_client=True), namespace=ns
+        )
+        assert not RedisEventBridge(client, ns).streams.ride_with(elsewhere)
+        assert not RedisEventBridge(client, ns).streams.ride_with(single)
+        bridge = RedisEventBridge(client, ns)
+        assert bridge.streams.riders is None  # sent at once, as before
+        elsewhere.close()
+    finally:
+        other.stop()
+
+
+def test_make_runner_has_provisional_events_ride_in_the_commits(
+    server: RedisServer, ns: str
+) -> None:
+    from agentworker.settings import Settings
+    from agentworker.wiring import create_app, make_runner
+
+    settings = Settings(redis_url=server.url, namespace=ns)
+    runner = make_runner(settings, create_app(settings), require_agents=False)
+    [bridge] = [x for x in runner.events._listeners if isinstance(x, RedisEventBridge)]
+    assert bridge.streams.riders is not None
+    assert runner.store.writer.riders is bridge.streams.riders  # type: ignore[attr-defined]

@@ -182,9 +182,9 @@ def replay_every_call(store: RedisAgentTurnStore, monkeypatch: pytest.MonkeyPatc
         run(*args)
         return run(*args)
 
-    def pipelined_twice(*args: Any) -> Any:
-        pipelined(*args)
-        return pipelined(*args)
+    def pipelined_twice(*args: Any, **kwargs: Any) -> Any:
+        pipelined(*args, **kwargs)
+        return pipelined(*args, **kwargs)
 
     monkeypatch.setattr(scripts, "run", run_twice)
     monkeypatch.setattr(scripts, "pipelined", pipelined_twice)
