@@ -62,7 +62,7 @@ test-min: python-check $(STAMP) redis-check  ## The tests (not chaos/bench) at t
 lint: $(STAMP)  ## ruff
 	@$(VENV)/bin/ruff check .
 
-typecheck: $(STAMP)  ## mypy (strict) on runner_core, stores, agentworker and examples
+typecheck: $(STAMP)  ## mypy (strict) on runner_core, stores, agentworker, examples and benchmarks
 	@$(VENV)/bin/mypy
 
 check: lint typecheck test  ## Everything CI cares about

@@ -48,10 +48,19 @@ def add_timed(a: int, b: int) -> int:
     return a + b
 
 
-def _plain_run_tool(k: Any, turn: Any, tool: Tool, call: ToolCall) -> ToolMessage:
-    """The tool call as it was before async tools: the baseline of "feature disabled"."""
+def _plain_run_tool(
+    k: Any, turn: Any, tool: Tool, call: ToolCall, validated: Any = None
+) -> ToolMessage:
+    """The tool call as it was before async tools: the baseline of "feature disabled".
+
+    Takes the plan's checked arguments as the runner's own ``_run_tool`` does (and, like
+    it, uses them only when they are this call's).
+    """
     st = turn.state
-    kwargs = tool.validate(call.arguments)
+    if validated and validated[0][0] is call:
+        kwargs = validated.pop()[1]
+    else:
+        kwargs = tool.validate(call.arguments)
     ctx = AgentToolContext(
         turn_id=st.id,
         call_id=call.id,

@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.connection import Connection
 
-from benchmarks.redis_bench import _history, _model, add
+from benchmarks.step_bench import _history, _model, add
 from runner_core import Agent, AgentRunner, AgentTurnSnapshot, FunctionModel, UserMessage
 from stores import RedisAgentTurnStore
 from stores.redis.connection import is_cluster
@@ -40,9 +40,9 @@ def _counting() -> None:
 
     def send(self: Connection, command: Any, check_health: bool = True) -> None:
         Sent.count += 1
-        original(self, command, check_health)
+        original(self, command, check_health)  # type: ignore[no-untyped-call]
 
-    Connection.send_packed_command = send  # type: ignore[method-assign]
+    Connection.send_packed_command = send  # type: ignore[method-assign, assignment]
 
 
 def ready_root(n: int) -> AgentTurnSnapshot:

@@ -184,7 +184,7 @@ class Monitor:
         self._thread.join(5)
 
     def _run(self) -> None:
-        with self.client.monitor() as m:
+        with self.client.monitor() as m:  # type: ignore[no-untyped-call]
             self._ready.set()
             for command in m.listen():
                 if self._stop.is_set():
