@@ -33,8 +33,10 @@ from runner_core import (
     AgentWorkerError,
     AiMessage,
     Commit,
+    ConcurrentModificationError,
     FunctionModel,
     InMemoryAgentLoader,
+    LeaseLostError,
     Middleware,
     ModelRequest,
     ModelResponse,
@@ -75,6 +77,9 @@ class World:
     #: Calls running now, and the crashes of a worker while some of its calls ran.
     in_flight: dict[str, int] = field(default_factory=dict)
     crashes_in_flight: int = 0
+    #: Attempts of a worker that ended fenced (its lease ran out, or another writer wrote
+    #: first): like a death, such an attempt leaves its calls in flight unrecorded.
+    fenced: list[str] = field(default_factory=list)
     #: The store the fan-out tool reads to see whether its call was answered already.
     reader: AgentTurnStore | None = None
 
@@ -303,9 +308,12 @@ class Actors:
                         me.step(turn, release=True)
                     if self.chain and turn.status in (S.READY, S.RUNNING):
                         # a step task's chain: claim and step again while it runs at once
-                        step_once(me, turn.id, name, chain_seconds=1.0)
+                        if step_once(me, turn.id, name, chain_seconds=1.0) == "fenced":
+                            self.world.fenced.append(name)
+                except (LeaseLostError, ConcurrentModificationError):
+                    self.world.fenced.append(name)  # the attempt ends: the sweeper resends
                 except AgentWorkerError:
-                    continue  # fenced, refused or a blip: the task ends, the sweeper resends
+                    continue  # refused or a blip: the task ends, the sweeper resends
 
         return loop
 
@@ -412,19 +420,26 @@ def tool_runs(report: Report, world: World) -> list[str]:
     """Tool calls that ran more often than deaths allow."""
     problems: list[str] = []
     # no tool call runs twice unless the process running it died before its result was saved
+    # (or its attempt ended fenced: a lease that ran out on a loaded machine, a version
+    # another writer moved; that attempt's calls in flight are left unrecorded too)
     ok: dict[str, list[str]] = {}
     for call_id, actor, outcome in world.runs:
         if outcome == "ok":
             ok.setdefault(call_id, []).append(actor)
+    fenced = set(world.fenced)
     for call_id, actors in ok.items():
-        survivors = [a for a in actors if a not in report.crashed]
-        if len(survivors) > 1 or len(actors) > 1 + len(set(actors) & report.crashed):
+        survivors = [a for a in actors if a not in report.crashed | fenced]
+        ran = set(actors)
+        ended = len(ran & report.crashed) + sum(world.fenced.count(a) for a in ran)
+        if len(survivors) > 1 or len(actors) > 1 + ended:
             problems.append(f"tool call {call_id} ran {len(actors)} times: {actors}")
-    # a worker that dies re-runs at most the calls it had in flight: FANOUT at most
+    # an attempt that ends re-runs at most the calls it had in flight: FANOUT at most
     twice = [c for c, actors in ok.items() if len(actors) > 1]
-    deaths = len(report.crashed & set(WORKERS))
-    if len(twice) > FANOUT * deaths:
-        problems.append(f"{len(twice)} calls ran twice after {deaths} deaths: {twice}")
+    ends = len(report.crashed & set(WORKERS)) + len(world.fenced)
+    if len(twice) > FANOUT * ends:
+        problems.append(
+            f"{len(twice)} calls ran twice after {ends} deaths or fenced attempts: {twice}"
+        )
     return problems
 
 
