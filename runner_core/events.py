@@ -8,7 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -125,8 +125,21 @@ class AgentEvent:
     attempt: str | None = None
 
     def sequenced(self, sequence: int) -> AgentEvent:
-        """A copy numbered as its commit assigned."""
-        return replace(self, sequence=sequence)
+        """A copy numbered as its commit assigned (every committed event gets one)."""
+        return AgentEvent(
+            self.event_id,
+            self.type,
+            self.turn_id,
+            self.root_turn_id,
+            self.parent_turn_id,
+            self.agent_id,
+            self.agent_version,
+            sequence,
+            self.occurred_at,
+            self.data,
+            self.provisional,
+            self.attempt,
+        )
 
 
 AgentEventListener = Callable[[AgentEvent], None]

@@ -71,9 +71,12 @@ class Waker:
         dispatcher = self.dispatcher()
         if dispatcher is None:
             return False
+        # what ``isinstance(dispatcher, DescribingDispatcher)`` tests, without the generic
+        # protocol check (it walks the protocol's members on every wake-up)
+        send_for = getattr(dispatcher, "send_for", None) if agent_id is not None else None
         try:
-            if agent_id is not None and isinstance(dispatcher, DescribingDispatcher):
-                dispatcher.send_for(turn_id, agent_id)
+            if send_for is not None and callable(send_for):
+                send_for(turn_id, agent_id)
             else:
                 dispatcher(turn_id)
         except Exception:

@@ -289,3 +289,17 @@ def test_a_refused_commit_drops_the_events_waiting_for_it(
         turn.state.version = store.load(turn.id).version
         runner.kernel.commit(turn)
         assert [e.type for e in events.events[heard:]] == [E.SNAPSHOT_SAVED]
+
+
+def test_a_numbered_copy_keeps_every_other_field() -> None:
+    # every field but the sequence, whatever fields an event has now (built field by field)
+    from dataclasses import fields
+
+    values = {f.name: f"<{f.name}>" for f in fields(AgentEvent)}
+    values.update(provisional=True, sequence=3, occurred_at=1.5, type=E.TOOL_PROGRESS)
+    event = AgentEvent(**values)  # type: ignore[arg-type]
+
+    numbered = event.sequenced(7)
+
+    assert numbered.sequence == 7 and event.sequence == 3
+    assert {**values, "sequence": 7} == {f.name: getattr(numbered, f.name) for f in fields(event)}

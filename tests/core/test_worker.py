@@ -202,3 +202,25 @@ def test_a_wake_up_lost_with_the_store_down_is_sent_with_the_next_one() -> None:
     second = runner.start(agent(Script("hi")), "two")
 
     assert sent == [second.id, first.id]  # the kept one went out with the next
+
+
+def test_a_describing_dispatcher_is_told_the_agent_and_a_plain_one_only_the_turn(
+    runner: AgentRunner,
+) -> None:
+    # Given a dispatcher that can describe a wake-up, then a plain callable
+    told: list[tuple[str, ...]] = []
+
+    class Describing:
+        def __call__(self, turn_id: str) -> None:
+            told.append((turn_id,))
+
+        def send_for(self, turn_id: str, agent_id: str) -> None:
+            told.append((turn_id, agent_id))
+
+    runner.dispatcher = Describing()
+    first = runner.start(agent(Script("hi")), "a")
+    runner.dispatcher = lambda turn_id: told.append(("plain", turn_id))
+    second = runner.start(agent(Script("hi")), "b")
+
+    # Then the first heard the agent with the turn, the second the turn alone
+    assert told == [(first.id, first.state.agent_id), ("plain", second.id)]
