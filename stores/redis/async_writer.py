@@ -153,7 +153,11 @@ class AsyncWriter:
         keys, args, before, after = writer.plan(tag, c, stored, every_key)
         call: Call = (self.store.scripts["commit"], keys, args)
         riding = writer.riding(c)
-        replies = await self.pipelined([call], [*riding, *before], after, lenient=len(riding))
+        try:
+            replies = await self.pipelined([call], [*riding, *before], after, lenient=len(riding))
+        except BaseException:
+            writer.unride(c, riding)
+            raise
         replies = own_replies(replies, riding)
         reply = replies[len(before)]
         if code_of(reply) not in ("OK", "MISMATCH"):

@@ -87,6 +87,23 @@ class StreamRiders:
         with self._sending, self._cond:
             return self._waiting.pop(turn_id, [])
 
+    def put_back(self, turn_id: str, commands: Sequence[Command]) -> None:
+        """Entries ``take`` gave a commit whose write failed: first in line again.
+
+        The next commit of the turn (the kernel tries it again) or the thread sends them,
+        ahead of anything put since. A write that failed after the server ran it may so
+        stream them twice (provisional events only), never lose them.
+        """
+        if not commands:
+            return
+        with self._cond:
+            if not self._waiting:
+                self._since = time.monotonic()
+            self._waiting[turn_id] = [*commands, *self._waiting.get(turn_id, [])]
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+
     def flush(self) -> None:
         """Send what waits now (the thread does it after ``delay``; also at exit)."""
         with self._sending:

@@ -98,9 +98,16 @@ class Writer:
         riding = self.riding(c)
         if not before and not after and not riding:
             return self.scripts.run("commit", keys, args)
-        replies = self.scripts.pipelined(
-            [(self.scripts["commit"], keys, args)], [*riding, *before], after, lenient=len(riding)
-        )
+        try:
+            replies = self.scripts.pipelined(
+                [(self.scripts["commit"], keys, args)],
+                [*riding, *before],
+                after,
+                lenient=len(riding),
+            )
+        except BaseException:
+            self.unride(c, riding)
+            raise
         replies = own_replies(replies, riding)
         reply = replies[len(before)]
         if code_of(reply) not in ("OK", "MISMATCH"):
@@ -112,6 +119,11 @@ class Writer:
     def riding(self, c: Commit) -> list[Command]:
         """The stream entries of ``c``'s turn that wait to go ahead of its script."""
         return self.riders.take(c.snapshot.id) if self.riders is not None else []
+
+    def unride(self, c: Commit, riding: list[Command]) -> None:
+        """The write that carried ``riding`` failed: they wait for the next one again."""
+        if riding and self.riders is not None:
+            self.riders.put_back(c.snapshot.id, riding)
 
     def plan(self, tag: str, c: Commit, stored: int, every_key: bool = False) -> Planned:
         """KEYS and ARGV of commit.lua, and the index writes sent before and after it."""

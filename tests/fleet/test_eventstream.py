@@ -459,6 +459,41 @@ def test_riding_events_land_before_their_commit_in_the_commits_round_trip(
     store.close()
 
 
+def test_riding_entries_of_a_failed_commit_go_with_the_next_one(
+    server: RedisServer, client: redis.Redis, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner_core import StoreUnavailableError
+    from stores.redis.wire import Wire
+
+    # Given the production wiring, and a store whose first exchange of the step fails
+    # before the server sees it (the kernel tries the commit again)
+    runner, store = riding_runner(server, client, ns)
+    turn = runner.start(approval_agent(), "pay 5")
+    real_exchange = Wire.exchange
+    failed: list[int] = []
+
+    def exchange(self: Wire, commands: Any) -> Any:
+        if not failed and any(str(c[0]) == "XADD" for c in commands):
+            failed.append(len(commands))
+            raise redis.ConnectionError("the connection dropped before the write")
+        return real_exchange(self, commands)
+
+    monkeypatch.setattr(Wire, "exchange", exchange)
+    try:
+        runner.step(turn)
+    except StoreUnavailableError:
+        runner.step(turn)
+    monkeypatch.undo()
+
+    # Then the entries that rode in the failed write were written by a later one, once
+    # each and before the commit's own events: nothing of the stream is lost
+    assert failed and failed[0] > 1
+    runner.run_until_blocked(turn)
+    full = [(e["type"], e["provisional"]) for _, e in read_events(client, ns, turn.id)]
+    assert full == APPROVAL_STREAM
+    store.close()
+
+
 def test_a_riding_tool_start_is_streamed_while_the_tool_runs(
     server: RedisServer, client: redis.Redis, ns: str
 ) -> None:

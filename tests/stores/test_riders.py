@@ -151,3 +151,18 @@ def test_a_forked_child_starts_its_own_thread() -> None:
     riders._forked()  # what os.register_at_fork runs in a child
     riders.put("t1", [xadd(2)])
     assert eventually(lambda: len(sent.batches) == 2)
+
+
+def test_entries_put_back_go_first_and_are_sent_if_no_commit_takes_them() -> None:
+    # Given entries a commit took, one more put meanwhile, and the failed write's put back
+    sent = Sent()
+    riders = StreamRiders(sent, delay=0.05)
+    riders.put("t1", [xadd(1), xadd(2)])
+    taken = riders.take("t1")
+    riders.put("t1", [xadd(3)])
+    riders.put_back("t1", taken)
+
+    # Then they wait ahead of what came later, and the thread sends them all in order
+    assert eventually(lambda: sent.batches != [])
+    assert sent.batches == [[xadd(1), xadd(2), xadd(3)]]
+    assert riders.take("t1") == []
