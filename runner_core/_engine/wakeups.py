@@ -75,7 +75,7 @@ class Waker:
         # protocol check (it walks the protocol's members on every wake-up)
         send_for = getattr(dispatcher, "send_for", None) if agent_id is not None else None
         try:
-            if send_for is not None and callable(send_for):
+            if callable(send_for):
                 send_for(turn_id, agent_id)
             else:
                 dispatcher(turn_id)

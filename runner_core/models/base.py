@@ -32,7 +32,7 @@ class Usage(BaseModel):
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        # frozen: a sum with nothing is the other side itself (most steps add a zero)
+        # frozen, so adding nothing can give back this very object (most steps add a zero)
         if not (
             other.input_tokens
             or other.output_tokens

@@ -57,21 +57,7 @@ class StreamRiders:
 
     def put(self, turn_id: str, commands: Sequence[Command]) -> None:
         """Have the next commit of ``turn_id`` (or the thread, after ``delay``) send them."""
-        if not commands:
-            return
-        with self._cond:
-            if not self._started:
-                self._started = True
-                args = (weakref.ref(self), self._generation)
-                thread = threading.Thread(target=_serve, args=args, name="stream-riders")
-                thread.daemon = True
-                thread.start()
-            if not self._waiting:
-                self._since = time.monotonic()
-            self._waiting.setdefault(turn_id, []).extend(commands)
-            if self._idle:
-                self._idle = False
-                self._cond.notify()
+        self._wait(turn_id, commands, first=False)
 
     def take(self, turn_id: str) -> list[Command]:
         """What waits for ``turn_id``'s commit, to send ahead of its script (oldest first).
@@ -94,12 +80,23 @@ class StreamRiders:
         ahead of anything put since. A write that failed after the server ran it may so
         stream them twice (provisional events only), never lose them.
         """
+        self._wait(turn_id, commands, first=True)
+
+    def _wait(self, turn_id: str, commands: Sequence[Command], *, first: bool) -> None:
+        """Queue ``commands`` for ``turn_id`` (ahead of what waits, if ``first``)."""
         if not commands:
             return
         with self._cond:
+            if not self._started:
+                self._started = True
+                args = (weakref.ref(self), self._generation)
+                thread = threading.Thread(target=_serve, args=args, name="stream-riders")
+                thread.daemon = True
+                thread.start()
             if not self._waiting:
                 self._since = time.monotonic()
-            self._waiting[turn_id] = [*commands, *self._waiting.get(turn_id, [])]
+            queued = self._waiting.get(turn_id, [])
+            self._waiting[turn_id] = [*commands, *queued] if first else [*queued, *commands]
             if self._idle:
                 self._idle = False
                 self._cond.notify()

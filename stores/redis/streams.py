@@ -120,11 +120,12 @@ class EventStreams:
     def ride_with(self, store: Any, delay: float = DELAY) -> bool:
         """Send entries in the round trip of ``store``'s next commit; False if it cannot.
 
-        ``store`` (a ``RedisAgentTurnStore`` on the same server) takes them ahead of its
-        commit script; what no commit takes within ``delay`` seconds goes on its own.
+        ``store`` (a ``RedisAgentTurnStore`` on the same server; any other store cannot)
+        takes them ahead of its commit script; what no commit takes within ``delay``
+        seconds goes on its own.
         Entries that end a tree are still sent at once (their reply starts the expiry).
         """
-        if not _same_server(self.redis, store.redis):
+        if not _same_server(self.redis, getattr(store, "redis", None)):
             return False
         riders = StreamRiders(self._send_riding, delay)
         if not store.carry(riders):

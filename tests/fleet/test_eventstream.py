@@ -29,6 +29,7 @@ from runner_core import (
     AgentTurnStatus,
     AiMessage,
     FunctionModel,
+    InMemoryAgentTurnStore,
     ModelRequest,
     ToolCall,
     ToolMessage,
@@ -542,6 +543,7 @@ def test_entries_ride_only_with_a_store_on_the_same_server(
         )
         assert not RedisEventBridge(client, ns).streams.ride_with(elsewhere)
         assert not RedisEventBridge(client, ns).streams.ride_with(single)
+        assert not RedisEventBridge(client, ns).streams.ride_with(InMemoryAgentTurnStore())
         bridge = RedisEventBridge(client, ns)
         assert bridge.streams.riders is None  # sent at once, as before
         elsewhere.close()
