@@ -79,7 +79,7 @@ def _plain_run_tool(
         return ToolMessage(call_id=call.id, name=tool.name, content=content, is_error=True)
     finally:
         AgentToolContext.deactivate(token)
-    return ToolMessage(call_id=call.id, name=tool.name, content=render_result(value))
+    return ToolMessage(call_id=call.id, name=tool.name, content=render_result(value, tool.name))
 
 
 def _plain_ask(k: Any, turn: Any, request: ModelRequest) -> ModelResponse:

@@ -95,6 +95,7 @@ from runner_core.store.memory import InMemoryAgentTurnStore
 from runner_core.tools import (
     ApprovalDecision,
     AwaitableResultError,
+    IteratorResultError,
     Tool,
     ToolCallAbortedError,
     ToolError,
@@ -169,6 +170,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
     "InvalidResumeError",
+    "IteratorResultError",
     "LoopReentryError",
     "LeaseInfo",
     "LeaseLostError",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from runner_core._engine import aio
 from runner_core.context import AgentToolContext
-from runner_core.errors import AgentWorkerError, InvalidArgumentError
+from runner_core.errors import AgentWorkerError, InvalidArgumentError, InvalidArgumentTypeError
 from runner_core.messages import ToolCall
 from runner_core.models.base import ToolSpec
 
@@ -82,16 +83,33 @@ def timeout_message(tool: str, seconds: float, *, by_step_deadline: bool = False
 
 
 class AwaitableResultError(ToolCallAbortedError, TypeError):
-    """Raised when a sync tool returns an awaitable: a programming error, so the turn fails.
+    """Raised when a tool returns an awaitable: a programming error, so the turn fails.
 
-    Declare the tool ``async def`` (or give it an ``async def __call__``) and the runner
-    awaits it; the awaitable it returned is closed, never rendered as a result.
+    A sync tool that does is declared ``async def`` (or given an ``async def __call__``) and
+    the runner awaits it; an async tool that does forgot an ``await`` inside. The awaitable
+    is closed, never rendered as a result.
     """
 
     def __init__(self, tool: str, value: object) -> None:
         super().__init__(
-            f"tool {tool!r} returned {type(value).__name__}, an awaitable, from a sync "
-            "function; declare it `async def` so the runner awaits it"
+            f"tool {tool!r} returned {type(value).__name__}, an awaitable: declare a sync "
+            "tool `async def` so the runner awaits it, and await it inside an async one"
+        )
+        self.tool = tool
+        self.retryable = False
+
+
+class IteratorResultError(ToolCallAbortedError, TypeError):
+    """Raised when a tool returns an iterator (a generator, ``map(...)``): the turn fails.
+
+    A tool returns one finished value; collect the items (a list) before returning them.
+    The iterator is closed unread, never rendered as a result.
+    """
+
+    def __init__(self, tool: str, value: object) -> None:
+        super().__init__(
+            f"tool {tool!r} returned {type(value).__name__}, an iterator nobody would read; "
+            "return its items (a list) instead"
         )
         self.tool = tool
         self.retryable = False
@@ -118,6 +136,12 @@ class Tool:
     ) -> None:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", None) or type(fn).__name__
+        if _yields(fn):
+            raise InvalidArgumentTypeError(
+                f"tool {self.name!r} is a generator function, but a tool returns one finished "
+                "value: return the items as a list (ctx.report_progress reports progress)",
+                field="fn",
+            )
         if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
             raise InvalidArgumentError(
                 f"tool {self.name!r}: timeout must be a positive number of seconds, "
@@ -171,6 +195,12 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _yields(fn: Callable[..., Any]) -> bool:
+    """A (async) generator function, or an object whose ``__call__`` is one."""
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself is what we inspect
+    return any(inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call))
 
 
 def _arguments_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
@@ -301,17 +331,59 @@ def as_tool(value: Tool | Callable[..., Any]) -> Tool:
     return value if isinstance(value, Tool) else Tool(value)
 
 
-def render_result(value: Any) -> str:
-    """The ToolMessage content for a tool's return value."""
+def render_result(value: Any, tool: str) -> str:
+    """The ToolMessage content for ``tool``'s return value: the text itself, or JSON.
+
+    In JSON, pydantic models, dataclasses, enums and sets take their JSON forms and any
+    other value its ``str``. A value that is not a result yet, at any depth, raises
+    ``AwaitableResultError`` or ``IteratorResultError`` (closed, never rendered).
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump_json()
-    return _RESULT_JSON.encode(value)
+    try:
+        return _RESULT_JSON.encode(value)
+    except _Unfinished as unfinished:
+        raise unfinished.error(tool) from None
 
 
-#: What ``json.dumps(value, default=str, ensure_ascii=False)`` would build for each result.
-_RESULT_JSON = json.JSONEncoder(default=str, ensure_ascii=False)
+class _Unfinished(Exception):  # noqa: N818 - internal signal, never leaves render_result
+    """A value in a result that is not a result yet (the tool's name is added above)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def error(self, tool: str) -> ToolCallAbortedError:
+        if inspect.isawaitable(self.value):
+            return AwaitableResultError(tool, self.value)
+        return IteratorResultError(tool, self.value)
+
+
+def _jsonable(value: Any) -> Any:
+    """What the encoder writes for a value that JSON has no type for."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, set | frozenset):
+        return list(value)
+    if inspect.isawaitable(value) or isinstance(value, Iterator | AsyncIterator):
+        _close(value)
+        raise _Unfinished(value)
+    return str(value)
+
+
+def _close(value: object) -> None:
+    """Close an unread coroutine or generator, so none runs or warns "never awaited"."""
+    if inspect.iscoroutine(value) or inspect.isgenerator(value):
+        value.close()
+
+
+#: ``json.dumps(value, default=_jsonable, ensure_ascii=False)``, built once.
+_RESULT_JSON = json.JSONEncoder(default=_jsonable, ensure_ascii=False)
 
 
 def error_content(kind: str, message: str, **extra: Any) -> str:

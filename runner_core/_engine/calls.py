@@ -42,7 +42,6 @@ from runner_core.models.base import (
 from runner_core.policy import AgentLimits, text_size
 from runner_core.telemetry import model_name
 from runner_core.tools import (
-    AwaitableResultError,
     Tool,
     ToolError,
     ToolTimeoutError,
@@ -231,7 +230,7 @@ def _run_tool(
         return _timed_out(k, turn, tool, call, limit)
     finally:
         AgentToolContext.deactivate(token)
-    content = _bounded_result(render_result(value), k.policy(turn).limits, tool.name)
+    content = _bounded_result(render_result(value, tool.name), k.policy(turn).limits, tool.name)
     return ToolMessage(call_id=call.id, name=tool.name, content=content)
 
 
@@ -301,18 +300,8 @@ def _call(tool: Tool, kwargs: dict[str, Any], limit: _Limit | None) -> Any:
     if tool.is_async:
         return _await_tool(tool, kwargs, limit)
     if limit is None:
-        value = tool.fn(**kwargs)  # no limit: on this thread, as plain as a function call
-    else:
-        value = _in_thread(tool, kwargs, limit.seconds)
-    if type(value) not in _PLAIN and inspect.isawaitable(value):
-        if inspect.iscoroutine(value):
-            value.close()  # never awaited, and never rendered either
-        raise AwaitableResultError(tool.name, value)
-    return value
-
-
-_PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
-"""Result types that are never awaitable (``inspect.isawaitable`` is the slow check)."""
+        return tool.fn(**kwargs)  # no limit: on this thread, as plain as a function call
+    return _in_thread(tool, kwargs, limit.seconds)
 
 
 def _await_tool(tool: Tool, kwargs: dict[str, Any], limit: _Limit | None) -> Any:
