@@ -228,11 +228,13 @@ def test_cancelling_an_ended_turn_says_nothing_to_do(runner: AgentRunner) -> Non
 
 def test_cancelling_twice_says_nothing_to_do(runner: AgentRunner) -> None:
     turn = runner.start("e2e-tools", "nobody runs me")
-    assert runner.claim(turn.id, "busy-worker") is not None  # a worker holds it: cancel asks
+    busy = runner.claim(turn.id, "busy-worker")  # a worker holds it: cancel asks
+    assert busy is not None
     code, out = invoke("turns", "cancel", turn.id)
     assert code == 0 and "cancellation requested" in out
     code, out = invoke("turns", "cancel", turn.id)
     assert code == NOTHING_TO_DO and "already requested" in out
+    runner.release(busy)
 
 
 def test_resuming_an_ended_turn_says_nothing_to_do(runner: AgentRunner) -> None:

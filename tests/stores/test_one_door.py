@@ -444,6 +444,7 @@ def test_a_fenced_step_announces_nothing_it_did_not_commit(
         (E.CANCELLATION_REQUESTED, 2),
     ]
     assert make_store().load(turn.id).status is S.READY
+    b.release(stolen[0])
 
 
 def test_committed_events_are_in_the_log_once_each_numbered_per_turn(

@@ -105,6 +105,7 @@ def test_a_runnable_version_1_record_is_claimed(redis_store: RedisAgentTurnStore
 
     assert claimed is not None
     assert claimed.to_snapshot().schema_version == SCHEMA_VERSION
+    runner.release(claimed)
 
 
 @pytest.mark.parametrize("sv", ["0", "3", "99"])

@@ -42,6 +42,7 @@ def test_a_stored_policy_keeps_only_the_fields_its_caller_set(store: AgentTurnSt
     assert claimed is not None and claimed.held_lease is not None
     assert runner.lease_seconds(store.load(turn.id)) == 2.0  # the worker's lease, not 30 s
     assert claimed.held_lease.seconds == 2.0
+    runner.release(claimed)
 
 
 def test_a_lease_the_caller_set_still_wins(store: AgentTurnStore) -> None:
