@@ -334,8 +334,8 @@ def as_tool(value: Tool | Callable[..., Any]) -> Tool:
 def render_result(value: Any, tool: str) -> str:
     """The ToolMessage content for ``tool``'s return value: the text itself, or JSON.
 
-    In JSON, pydantic models, dataclasses, enums and sets take their JSON forms and any
-    other value its ``str``. A value that is not a result yet, at any depth, raises
+    In JSON, pydantic models, dataclasses, enums and sets (sorted) take their JSON forms and
+    any other value its ``str``. A value that is not a result yet, at any depth, raises
     ``AwaitableResultError`` or ``IteratorResultError`` (closed, never rendered).
     """
     if isinstance(value, str):
@@ -369,11 +369,19 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, set | frozenset):
-        return list(value)
+        return _in_order(value)
     if inspect.isawaitable(value) or isinstance(value, Iterator | AsyncIterator):
         _close(value)
         raise _Unfinished(value)
     return str(value)
+
+
+def _in_order(items: set[Any] | frozenset[Any]) -> list[Any]:
+    """A set's items sorted when they compare, so one set always renders the same text."""
+    try:
+        return sorted(items)
+    except TypeError:
+        return list(items)
 
 
 def _close(value: object) -> None:

@@ -220,8 +220,9 @@ def test_results_reach_the_model_as_json(runner: AgentRunner) -> None:
 
     @tool
     def route() -> dict[str, Any]:
-        """Models in a list, a set, an enum as a value."""
-        return {"stops": [Stop(city="Oslo")], "tags": {"fragile"}, "size": Size.SMALL}
+        """Models in a list, a set (rendered sorted), an enum as a value."""
+        tags = {"fragile", "by air", "upright"}
+        return {"stops": [Stop(city="Oslo")], "tags": tags, "size": Size.SMALL}
 
     script = Script(ask(call("parcel", "c1"), call("route", "c2")), "ok")
 
@@ -229,4 +230,6 @@ def test_results_reach_the_model_as_json(runner: AgentRunner) -> None:
 
     first, second = (m.content for m in tool_messages(turn.messages))
     assert first == '{"weight": 1.5, "size": "l", "sent": "2026-12-06"}'
-    assert second == '{"stops": [{"city": "Oslo"}], "tags": ["fragile"], "size": "s"}'
+    assert second == (
+        '{"stops": [{"city": "Oslo"}], "tags": ["by air", "fragile", "upright"], "size": "s"}'
+    )
