@@ -342,6 +342,8 @@ def _json_or_text(value: str) -> str | dict[str, Any]:
         parsed = json.loads(value)
     except json.JSONDecodeError:
         return value
+    except RecursionError:
+        raise fail("the input is not JSON here: it nests too deeply") from None
     return parsed if isinstance(parsed, dict) else value
 
 
@@ -350,6 +352,8 @@ def _json_object(value: str, option: str) -> dict[str, Any]:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
         raise fail(f"{option} is not JSON: {exc}") from None
+    except RecursionError:
+        raise fail(f"{option} is not JSON here: it nests too deeply") from None
     if not isinstance(parsed, dict):
         raise fail(f"{option} must be a JSON object")
     return parsed

@@ -203,7 +203,7 @@ def _signatures(raw: str) -> tuple[bytes, ...]:
 def _signed_target(body: bytes) -> str | None:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     target = data.get("target") if isinstance(data, dict) else None
     return target if isinstance(target, str) else None

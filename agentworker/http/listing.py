@@ -93,7 +93,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     """The position in a cursor; ``ApiError(422)`` if it is not one of ours."""
     try:
         value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error, RecursionError):
         value = None
     match value:
         case [int() | float() as created_at, str() as turn_id] if _a_time(created_at):

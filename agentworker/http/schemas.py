@@ -179,11 +179,17 @@ def _flagged(text: str) -> Any:
 
 
 def _holds_flag(value: Any) -> bool:
-    if value is _FLAG:
-        return True
-    if isinstance(value, dict):
-        return any(_holds_flag(v) for v in value.values())
-    return isinstance(value, list) and any(_holds_flag(v) for v in value)
+    """Whether ``_FLAG`` is in ``value``, at any depth (no recursion: a body may nest deep)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if item is _FLAG:
+            return True
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _not_finite(raw: bytes, text: str) -> ApiError:
@@ -209,6 +215,8 @@ def parse(model: type[Body], raw: bytes, *, empty_ok: bool = False) -> Body:
         raise _not_finite(raw, exc.text) from None
     except ValueError:
         raise ApiError(422, "the body is not valid JSON") from None
+    except RecursionError:
+        raise ApiError(422, "the body is not valid JSON here: it nests too deeply") from None
     if not isinstance(data, dict):
         raise ApiError(422, "the body must be a JSON object")
     try:

@@ -8,11 +8,13 @@ was passed, and leaves the store as it was (tests/support/census.py).
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
 from runner_core import (
     AgentRunner,
+    AgentTurnOptions,
     AgentWorkerError,
     ConfigurationError,
     InMemoryAgentLoader,
@@ -22,6 +24,7 @@ from runner_core import (
     TurnNotFoundError,
 )
 from runner_core.errors import shorten
+from tests.support.agents import approval_agent
 from tests.support.census import ALL, POLICY, Case, Scene
 
 
@@ -116,3 +119,21 @@ def test_every_row_of_the_census_is_in_the_docs() -> None:
         entry, bad = case.row.split(": ", 1)
         named = f" `{case.field}`" if case.field else ""
         assert f"| `{entry}` | {bad} | `{case.error.__name__}`{named} |" in table, case.id
+
+
+def test_metadata_may_nest_a_hundred_levels_and_no_more() -> None:
+    # Given metadata whose top-level dict is the first of 100 levels, and one of 101
+    def levels(n: int) -> dict[str, Any]:
+        value: Any = "leaf"
+        for _ in range(n - 1):
+            value = [value]
+        return {"tree": value}
+
+    runner = AgentRunner()
+    kept = runner.start(approval_agent(), "pay 5", options=AgentTurnOptions(metadata=levels(100)))
+
+    assert runner.restore(kept.id).metadata == levels(100)
+    with pytest.raises(InvalidArgumentError, match="nested deeper than 100 levels") as caught:
+        AgentTurnOptions(metadata=levels(101))
+    assert caught.value.field == "metadata"
+    assert "tree[0][0]" in str(caught.value)

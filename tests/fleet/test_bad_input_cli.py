@@ -20,6 +20,10 @@ pytestmark = pytest.mark.redis
 
 cli = CliRunner()
 HUGE_ID = "q" * 20_000
+#: Metadata nested deeper than a recursive JSON reader can go.
+DEEP = '{"tree": ' + "[" * 50_000 + "]" * 50_000 + "}"
+#: Metadata a reader takes, nested deeper than the library keeps.
+NESTED = '{"tree": ' + "[" * 500 + "]" * 500 + "}"
 
 
 @pytest.fixture()
@@ -46,6 +50,8 @@ def _keys(server: RedisServer, namespace: str) -> int:
     [
         (["turns", "start", "e2e-tools", "go", "--metadata", '{"x": NaN}'], "metadata key 'x'"),
         (["turns", "start", "e2e-tools", "go", "--metadata", '{"x": 1e999}'], "metadata key 'x'"),
+        (["turns", "start", "e2e-tools", "go", "--metadata", NESTED], "deeper than 100 levels"),
+        (["turns", "start", "e2e-tools", "go", "--metadata", DEEP], "nests too deeply"),
         (["turns", "start", "e2e-tools", "g" * 101], "the limit is 100"),
         (["turns", "show", HUGE_ID], "(20000 chars) not found"),
         (["turns", "cancel", HUGE_ID], "(20000 chars) not found"),
@@ -54,6 +60,8 @@ def _keys(server: RedisServer, namespace: str) -> int:
     ids=[
         "cli start: NaN in metadata",
         "cli start: Infinity in metadata",
+        "cli start: metadata nested 500 levels deep",
+        "cli start: metadata nested 50,000 levels deep",
         "cli start: input over AGENTWORKER_MAX_INPUT_BYTES",
         "cli show: a 20000-character id",
         "cli cancel: a 20000-character id",

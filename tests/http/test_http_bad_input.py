@@ -7,6 +7,7 @@ name their field, and nothing is stored by a refused call.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -64,7 +65,9 @@ def _turn_count(runner: AgentRunner) -> int:
         ("Infinity", '{"nested": {"list": [1, CONSTANT]}}'),
         ("-Infinity", '{"score": CONSTANT}'),
         ("1e999", '{"score": CONSTANT}'),
+        ("NaN", '{"deep": ' + "[" * 600 + "CONSTANT" + "]" * 600 + "}"),
     ],
+    ids=["NaN", "Infinity in a list", "-Infinity", "1e999", "NaN 600 levels deep"],
 )
 def test_nan_or_infinity_in_metadata_is_a_422_naming_metadata(
     http: TestClient, runner: AgentRunner, constant: str, where: str
@@ -93,6 +96,50 @@ def test_nan_in_resume_metadata_names_metadata(http: TestClient, runner: AgentRu
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "metadata"
     after = runner.store.load(turn_id)
     assert (after.version, after.status) == (before.version, AgentTurnStatus.WAITING_FOR_APPROVAL)
+
+
+@pytest.mark.parametrize(
+    ("levels", "field"),
+    [(500, "metadata"), (200_000, None)],
+    ids=["deeper than the library keeps", "deeper than a JSON reader goes"],
+)
+def test_deeply_nested_metadata_is_a_422_and_stores_nothing(
+    http: TestClient, runner: AgentRunner, levels: int, field: str | None
+) -> None:
+    metadata = '{"tree": ' + "[" * levels + "]" * levels + "}"
+    body = '{"agent": "pay-agent", "input": "x", "metadata": ' + metadata + "}"
+
+    answer = http.post("/turns", content=body.encode(), headers=TOKEN)
+
+    assert answer.status_code == 422, answer.text[:300]
+    assert len(answer.text) < 400
+    assert answer.json()["error"].get("field") == field
+    assert _turn_count(runner) == 0
+
+
+def test_a_deeply_nested_resume_is_a_422_and_changes_nothing(
+    http: TestClient, runner: AgentRunner
+) -> None:
+    started = http.post("/turns", json={"agent": "pay-agent", "input": "pay 5"}, headers=TOKEN)
+    turn_id = started.json()["id"]
+    before = runner.store.load(turn_id)
+    tree = "[" * 200_000 + "]" * 200_000
+    body = '{"command": "approve_tool", "call_id": "c1", "metadata": {"x": ' + tree + "}}"
+
+    answer = http.post(f"/turns/{turn_id}/resume", content=body.encode(), headers=TOKEN)
+
+    assert answer.status_code == 422, answer.text[:300]
+    after = runner.store.load(turn_id)
+    assert (after.version, after.status) == (before.version, AgentTurnStatus.WAITING_FOR_APPROVAL)
+
+
+def test_a_deeply_nested_cursor_is_not_a_cursor(http: TestClient) -> None:
+    cursor = base64.urlsafe_b64encode(b"[" * 3_000 + b"]" * 3_000).decode().rstrip("=")
+
+    answer = http.get(f"/turns?cursor={cursor}", headers=TOKEN)
+
+    assert answer.status_code == 422, answer.text[:300]
+    assert answer.json()["error"]["field"] == "cursor"
 
 
 @pytest.mark.parametrize("path", ["/turns/{id}", "/turns/{id}/events", "/turns/{id}/cancel"])

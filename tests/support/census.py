@@ -128,6 +128,14 @@ def _options(**metadata: Any) -> AgentTurnOptions:
     return AgentTurnOptions.model_construct(metadata=metadata)
 
 
+def _nested(levels: int) -> list[Any]:
+    """``[[[...]]]``, ``levels`` lists deep (what a recursive walk runs out of stack on)."""
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 def _new(what: Callable[[], object]) -> Callable[[Scene], object]:
     return lambda scene: what()
 
@@ -166,6 +174,12 @@ RUNNER: list[Case] = [
         A,
         "metadata",
         lambda s: s.start(options=_options(when=datetime.date(2024, 1, 1))),
+    ),
+    Case(
+        "runner.start: metadata nested 1,000 levels deep",
+        A,
+        "metadata",
+        lambda s: s.start(options=_options(tree=_nested(1000))),
     ),
     Case(
         "runner.start: metadata over its limit",
@@ -389,6 +403,12 @@ COMMANDS: list[Case] = [
         _new(lambda: CMD.user_input({"pick": {1, 2}})),
     ),
     Case(
+        "AgentResumeCommand.user_input: data nested 1,000 levels deep",
+        A,
+        "data",
+        _new(lambda: CMD.user_input({"pick": _nested(1000)})),
+    ),
+    Case(
         "AgentResumeCommand.approve_tool: call id is an int",
         TYPE,
         "call_id",
@@ -420,6 +440,12 @@ OPTIONS: list[Case] = [
         A,
         "metadata",
         _new(lambda: AgentTurnOptions(metadata={"tags": {1}})),
+    ),
+    Case(
+        "AgentTurnOptions: metadata nested 1,000 levels deep",
+        A,
+        "metadata",
+        _new(lambda: AgentTurnOptions(metadata={"tree": _nested(1000)})),
     ),
     Case(
         "AgentTurnOptions: metadata is a list",
