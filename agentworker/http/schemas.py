@@ -194,7 +194,10 @@ def _holds_flag(value: Any) -> bool:
 
 def _not_finite(raw: bytes, text: str) -> ApiError:
     """422 naming the top-level field that holds ``NaN`` or an infinity."""
-    data = json.loads(raw, parse_constant=lambda _: _FLAG, parse_float=_flagged)
+    try:
+        data = json.loads(raw, parse_constant=lambda _: _FLAG, parse_float=_flagged)
+    except RecursionError:
+        data = None  # the rest is too deep to read: the message says what, not where
     fields = data if isinstance(data, dict) else {}
     field = next((str(k) for k, v in fields.items() if _holds_flag(v)), None)
     where = f"{field}: " if field else ""

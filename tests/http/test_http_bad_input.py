@@ -85,6 +85,19 @@ def test_nan_or_infinity_in_metadata_is_a_422_naming_metadata(
     assert _turn_count(runner) == 0
 
 
+def test_nan_beside_a_value_too_deep_to_read_is_a_422(
+    http: TestClient, runner: AgentRunner
+) -> None:
+    tree = "[" * 200_000 + "]" * 200_000
+    body = '{"agent": "pay-agent", "input": "x", "metadata": {"score": NaN, "tree": ' + tree + "}}"
+
+    answer = http.post("/turns", content=body.encode(), headers=TOKEN)
+
+    assert answer.status_code == 422, answer.text[:300]
+    assert "finite" in answer.json()["error"]["message"]
+    assert _turn_count(runner) == 0
+
+
 def test_nan_in_resume_metadata_names_metadata(http: TestClient, runner: AgentRunner) -> None:
     started = http.post("/turns", json={"agent": "pay-agent", "input": "pay 5"}, headers=TOKEN)
     turn_id = started.json()["id"]
